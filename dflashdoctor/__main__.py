@@ -1,0 +1,5 @@
+"""`python -m dflashdoctor` runs the CLI."""
+
+from dflashdoctor.cli import main
+
+main()

@@ -1,0 +1,107 @@
+"""The Typer app: one thin function per command; logic lives in dflashdoctor.commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from dflashdoctor import __version__
+from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compile
+from dflashdoctor.errors import BadInput
+from dflashdoctor.output import emit
+from dflashdoctor.reference import DEFAULT_TARGET
+from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
+
+app = typer.Typer(
+    name="dflashdoctor",
+    help="Diagnose compiled-attention training pipelines: torch.compile, flex_attention, Triton, FLA.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout, nothing else.")]
+ReportDirOpt = Annotated[
+    Path | None, typer.Option("--report-dir", help="Write report.json/html/md and junit.xml here.")
+]
+PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter to probe with (default: this one).")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Seconds before a probe is killed.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's evidence.")]
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"dflashdoctor {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Exit codes: 0 no error findings, 1 error findings, 2 bad input, 3 a probe crashed or hung."""
+
+
+@app.command("check-compile")
+def check_compile_command(
+    target: Annotated[str, typer.Argument(help="package.module:attr or path/to/file.py:attr")] = DEFAULT_TARGET,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    batch: Annotated[int | None, typer.Option(help="Batch size [1]")] = None,
+    heads: Annotated[int | None, typer.Option(help="Query heads [cuda 32, cpu 8]")] = None,
+    kv_heads: Annotated[int | None, typer.Option(help="Key/value heads [cuda 8, cpu 2]")] = None,
+    q_len: Annotated[int | None, typer.Option(help="Query length [cuda 2048, cpu 256]")] = None,
+    kv_len: Annotated[int | None, typer.Option(help="Key/value length [cuda 10240, cpu 1280]")] = None,
+    head_dim: Annotated[int | None, typer.Option(help="Head dimension [cuda 128, cpu 64]")] = None,
+    dtype: Annotated[
+        str | None, typer.Option(help="bfloat16, float16, float32 or float64 [cuda bfloat16, cpu float32]")
+    ] = None,
+    mask: Annotated[str, typer.Option(help="dflash, causal or none")] = "dflash",
+    vary: Annotated[int, typer.Option(help="Also call with this many growing context lengths.")] = 10,
+    max_recompiles: Annotated[int, typer.Option(help="Recompiles allowed before a warning.")] = 2,
+    python: PythonOpt = None,
+    timeout: TimeoutOpt = 900.0,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Is this flex_attention wrapper really compiled, and are forward and backward fused?"""
+    shape = dict(
+        batch=batch, heads=heads, kv_heads=kv_heads, q_len=q_len, kv_len=kv_len, head_dim=head_dim, dtype=dtype
+    )
+    options = CheckCompileOptions(
+        target=target,
+        device=device,
+        shape=shape,
+        mask=mask,
+        vary=vary,
+        max_recompiles=max_recompiles,
+        python=python,
+        timeout_s=timeout,
+    )
+    report = check_compile(options, sys.argv)
+    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+
+
+def main() -> None:
+    """Console entry: bad input is one line and exit 2; an internal error is one line and exit 3."""
+    try:
+        code = app(standalone_mode=False)
+    except BadInput as exc:
+        print(f"dflashdoctor: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as exc:  # unknown option, missing value, bad number, ...
+        print(f"dflashdoctor: {exc.format_message()}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except (click.Abort, KeyboardInterrupt):
+        print("dflashdoctor: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:
+        print(f"dflashdoctor: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(EXIT_CRASH)
+    sys.exit(code if isinstance(code, int) else 0)

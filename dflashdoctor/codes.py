@@ -1,0 +1,66 @@
+"""The stable finding codes and their severities.
+
+Tests, CI and users key on these ids, so a code is never renamed; `finding()` takes the severity
+from here so that no probe or judge can raise a code at a severity other than the documented one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflashdoctor.report import Finding, Severity, Where
+
+CODES: dict[str, tuple[Severity, str]] = {
+    "not-compiled": ("error", "a plain function where a torch.compile wrapper was expected"),
+    "dense-forward": ("error", "flex_attention forward ran the unfused dense kernel"),
+    "dense-backward": ("error", "flex_attention backward ran the unfused dense kernel"),
+    "recompile-limit-fallback": ("error", "dynamo hit its recompile limit and fell back to eager (dense)"),
+    "dynamo-skip-fallback": ("error", "an exception inside a compiled frame made dynamo skip it for the process"),
+    "recompiles": ("warning", "recompiles above budget (names the guard that failed)"),
+    "graph-break": ("warning", "graph breaks in the compiled region"),
+    "score-matrix-materialized": ("error", "peak memory shows the full score matrix was built"),
+    "numeric-mismatch": ("error", "compiled output disagrees with the reference beyond tolerance"),
+    "backward-not-checked": ("info", "no backward check was possible (e.g. flex backward is unsupported on CPU)"),
+    "target-raised": ("error", "the target raised an exception when called with valid inputs"),
+    "oom": ("error", "the run ran out of memory; evidence names the last attention calls and memory"),
+    "instrumentation-unavailable": (
+        "info",
+        "a hook could not be installed on this torch version; the check it feeds is weaker",
+    ),
+    "bypasses-wrapper": ("error", "a flex_attention call does not go through the expected wrapper"),
+    "hf-internal-flex-path": ("info", "calls go through transformers' own flex_attention integration"),
+    "flex-unsupported-model": ("info", "the model class cannot use flex_attention; says what it uses instead"),
+    "repeat-kv-expansion": ("warning", "K/V are repeated to match query heads (memory multiplied)"),
+    "autotuner-race": ("error", "concurrent use of a shared autotuner failed or corrupted state"),
+    "autotuner-shared-state": ("warning", "the installed autotuner keeps per-call state on a shared instance"),
+    "concurrent-autotuner-entry": ("error", "instrumentation saw two threads inside one autotuner at once"),
+    "cache-corrupt-entry": ("error", "a cache entry is unreadable, truncated, or inconsistent"),
+    "cache-orphan-tmp": ("warning", "leftover temporary files or folders from an interrupted write"),
+    "cache-shared-filesystem": ("warning", "the cache root is on a network or shared filesystem"),
+    "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
+    "child-failed": ("error", "the command under `run` exited non-zero or died by a signal"),
+    "probe-crashed": ("error", "a probe crashed, hung or timed out (exit code 3)"),
+}
+
+
+def finding(
+    code: str,
+    title: str,
+    *,
+    detail: str = "",
+    where: Where | None = None,
+    evidence: dict[str, Any] | None = None,
+    fix: str = "",
+    refs: list[str] | None = None,
+) -> Finding:
+    severity, _meaning = CODES[code]
+    return Finding(
+        code=code,
+        severity=severity,
+        title=title,
+        detail=detail,
+        where=where,
+        evidence=evidence or {},
+        fix=fix,
+        refs=refs or [],
+    )

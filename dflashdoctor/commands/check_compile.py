@@ -1,0 +1,87 @@
+"""`check-compile`: run the check-compile probe in a child process and judge what it saw."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dflashdoctor.errors import BadInput
+from dflashdoctor.judges.check_compile import Budgets, judge
+from dflashdoctor.reference import DEFAULT_TARGET
+from dflashdoctor.report import Report
+from dflashdoctor.runner import resolve_python, run_probe
+from dflashdoctor.session import crash_result, finish, new_report, probe_error_result, probe_payload
+from dflashdoctor.shapes import DEVICES, DTYPES, MASKS, AttentionShape, shape_problem, shape_with
+
+
+@dataclass
+class CheckCompileOptions:
+    target: str = DEFAULT_TARGET
+    device: str = "auto"
+    shape: dict[str, Any] = field(default_factory=dict)  # AttentionShape fields; None = device default
+    mask: str = "dflash"
+    vary: int = 10
+    max_recompiles: int = 2
+    python: str | None = None
+    timeout_s: float = 900.0
+
+
+def validate(options: CheckCompileOptions) -> None:
+    """What can be judged before a probe starts; the probe checks the rest (imports, CUDA)."""
+    if options.device not in DEVICES:
+        raise BadInput(f"unknown device {options.device!r}; expected one of {', '.join(DEVICES)}")
+    if options.mask not in MASKS:
+        raise BadInput(f"unknown mask {options.mask!r}; expected one of {', '.join(MASKS)}")
+    dtype = options.shape.get("dtype")
+    if dtype is not None and dtype not in DTYPES:
+        raise BadInput(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    if ":" not in options.target:
+        raise BadInput(f"target {options.target!r} is not of the form package.module:attr or path/to/file.py:attr")
+    if options.device != "auto":  # for auto the probe checks, once it knows the device's defaults
+        problem = shape_problem(shape_with(options.device, options.shape), options.mask)
+        if problem:
+            raise BadInput(problem)
+    if options.vary < 0:
+        raise BadInput(f"--vary must be 0 or more (got {options.vary})")
+
+
+def probe_config(options: CheckCompileOptions) -> dict[str, Any]:
+    known = set(AttentionShape.__dataclass_fields__)
+    return {
+        "target": options.target,
+        "device": options.device,
+        "shape": {k: v for k, v in options.shape.items() if k in known and v is not None},
+        "mask": options.mask,
+        "vary": options.vary,
+    }
+
+
+def check_compile(options: CheckCompileOptions, argv: list[str]) -> Report:
+    validate(options)
+    try:
+        python = resolve_python(options.python)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from exc
+    started = time.monotonic()
+    report = new_report("check-compile", argv)
+    run = run_probe("check_compile", probe_config(options), python=python, timeout_s=options.timeout_s)
+    payload = probe_payload(run)
+    if payload is None:
+        report.results.append(crash_result(run))
+    elif "probe_error" in payload:
+        report.results.append(probe_error_result(run, payload))
+    else:
+        result = judge(payload, Budgets(max_recompiles=options.max_recompiles))
+        result.duration_s = run.duration_s
+        result.measurements["shape"] = payload["shape"]
+        result.measurements["mask"] = payload["mask"]
+        report.results.append(result)
+        report.environment.update(
+            python=payload["python"],
+            torch=payload["torch"],
+            device=payload["device"],
+            device_name=payload["device_name"],
+            target=options.target,
+        )
+    return finish(report, started)

@@ -1,0 +1,1 @@
+"""Instrumentation installed inside the probed process (standard library and torch only)."""

@@ -1,0 +1,163 @@
+"""Records every call of flex_attention's dense (unfused) kernels, where they execute.
+
+Warnings fire once per process and dynamo's silent fallbacks emit none, so the only reliable signal
+is the kernel itself: the higher-order ops `flex_attention` and `flex_attention_backward` keep their
+dense Python kernels in `py_kernels[DispatchKey.CompositeExplicitAutograd]`. We swap those entries
+for recording wrappers and clear each op's dispatch cache so the swap takes effect; Inductor-compiled
+calls never reach them. Everything is guarded by the shape of the objects and restored on exit.
+
+Probed side: standard library and torch only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from types import FrameType
+from typing import Any
+
+_HOP_MODULE = "torch._higher_order_ops.flex_attention"
+_HOP_NAMES = {"flex_attention": "forward", "flex_attention_backward": "backward"}
+_SCORE_BYTES_PER_ELEMENT = 4  # the dense kernels build scores in float32 whatever the input dtype
+_STACK_DEPTH = 6
+
+
+@dataclass
+class DenseEvent:
+    """One execution of a dense kernel: what it computed and who asked for it."""
+
+    kind: str  # "forward" or "backward"
+    phase: str
+    q_shape: list[int]
+    kv_shape: list[int]
+    dtype: str
+    device: str
+    score_matrix_bytes: int
+    site: dict[str, Any] | None
+    stack: list[str] = field(default_factory=list)
+    thread: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _torch_dir() -> str:
+    import torch
+
+    return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _user_frames(frame: FrameType | None, skip_prefixes: tuple[str, ...]) -> list[FrameType]:
+    frames = []
+    while frame is not None and len(frames) < _STACK_DEPTH:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        # "<eval_with_key>" and similar are generated code (FX graphs of dynamo's eager backend).
+        if not filename.startswith(skip_prefixes) and not frame.f_code.co_filename.startswith("<"):
+            frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
+def _site(frame: FrameType) -> dict[str, Any]:
+    return {
+        "file": frame.f_code.co_filename,
+        "line": frame.f_lineno,
+        "function": frame.f_code.co_name,
+        "module": frame.f_globals.get("__name__"),
+    }
+
+
+def _score_bytes(q_shape: list[int], kv_shape: list[int]) -> int:
+    if len(q_shape) != 4 or len(kv_shape) != 4:
+        return 0
+    batch, q_heads, q_len, _ = q_shape
+    return batch * q_heads * q_len * kv_shape[2] * _SCORE_BYTES_PER_ELEMENT
+
+
+class DenseFlexRecorder:
+    """Context manager: while active, every dense flex_attention kernel call becomes a DenseEvent.
+
+    `phase` is a label the caller moves along (for example "target:warm") so each event says which
+    part of the probe triggered it. `unavailable` holds the reason when the hook could not be
+    installed on this torch; the caller turns that into an info finding.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[DenseEvent] = []
+        self.phase = ""
+        self.unavailable: str | None = None
+        self._saved: list[tuple[Any, Any, Callable[..., Any]]] = []
+        self._skip = (os.path.abspath(__file__), _torch_dir(), os.path.abspath(threading.__file__))
+
+    def __enter__(self) -> DenseFlexRecorder:
+        self.unavailable = self._install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+    def count(self, kind: str, phase_prefix: str = "") -> int:
+        return sum(1 for e in self.events if e.kind == kind and e.phase.startswith(phase_prefix))
+
+    def _install(self) -> str | None:
+        try:
+            from torch._C import DispatchKey
+
+            importlib.import_module(_HOP_MODULE)
+        except Exception as exc:  # an older or newer torch without the module
+            return f"cannot import {_HOP_MODULE}: {exc}"
+        module = sys.modules[_HOP_MODULE]
+        key = DispatchKey.CompositeExplicitAutograd
+        hops = []
+        for name in _HOP_NAMES:
+            hop = getattr(module, name, None)
+            kernels = getattr(hop, "py_kernels", None)
+            if not isinstance(kernels, dict) or key not in kernels:
+                return f"{_HOP_MODULE}.{name} has no dense kernel under {key} on this torch"
+            if not hasattr(hop, "_dispatch_cache"):
+                return f"{_HOP_MODULE}.{name} has no _dispatch_cache on this torch"
+            hops.append((name, hop))
+        for name, hop in hops:
+            original = hop.py_kernels[key]
+            hop.py_kernels[key] = self._wrap(_HOP_NAMES[name], original)
+            hop._dispatch_cache.clear()
+            self._saved.append((hop, key, original))
+        return None
+
+    def restore(self) -> None:
+        while self._saved:
+            hop, key, original = self._saved.pop()
+            hop.py_kernels[key] = original
+            hop._dispatch_cache.clear()
+
+    def _wrap(self, kind: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+        def recording_kernel(*args: Any, **kwargs: Any) -> Any:
+            self._record(kind, args)
+            return kernel(*args, **kwargs)
+
+        recording_kernel.__wrapped__ = kernel  # type: ignore[attr-defined]
+        return recording_kernel
+
+    def _record(self, kind: str, args: tuple[Any, ...]) -> None:
+        query, key = (*args, None, None)[:2]
+        q_shape = list(getattr(query, "shape", ()))
+        kv_shape = list(getattr(key, "shape", ()))
+        frames = _user_frames(sys._getframe(2), self._skip)
+        self.events.append(
+            DenseEvent(
+                kind=kind,
+                phase=self.phase,
+                q_shape=q_shape,
+                kv_shape=kv_shape,
+                dtype=str(getattr(query, "dtype", "")).replace("torch.", ""),
+                device=str(getattr(query, "device", "")),
+                score_matrix_bytes=_score_bytes(q_shape, kv_shape),
+                site=_site(frames[0]) if frames else None,
+                stack=[f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in frames],
+                thread=threading.current_thread().name,
+            )
+        )

@@ -1,0 +1,1 @@
+"""Doctor-side judges: a probe's observations in, checks and findings out."""

@@ -1,0 +1,542 @@
+"""Judges the check-compile probe's observations: one check line per question, findings with fixes.
+
+Ground truth first: a dense-kernel event in a target phase means the target ran dense, whatever the
+target looks like. Dynamo's compile records then say why: a recompile-limit failure or an exception
+that got flex_attention's frame skipped explains the dense calls of a "compiled" wrapper; without
+either, the target simply is not compiled.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from dflashdoctor.codes import finding
+from dflashdoctor.report import Bar, Check, Comparison, Finding, ProbeResult, Where
+
+_TARGET_PHASES = ("target:", "numerics", "vary:")
+_RECOMPILE_LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit")
+_RAISED = re.compile(r"raised exception (\w+)\((.*?)\)\s*$", re.MULTILINE)
+_COMPILE_ID_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
+_LOCATION = re.compile(r"(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$")
+_IMPORTED_GLOBAL = re.compile(r"G\['__import_(\w+?)'\]\.(\w+)")
+_PLAIN_GLOBAL = re.compile(r"G\['(\w+)'\]")
+_WARM_FORWARD = re.compile(r"^target:warm\d+$")
+_WARM_BACKWARD = re.compile(r"^target:warm\d+:backward$")
+_SCORE_MATRIX_FRACTION = 0.5  # a fused peak this close to one score matrix means it was built
+_REFS_FLEX = "https://pytorch.org/blog/flexattention/"
+_REFS_RECOMPILE = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html"
+
+
+@dataclass(frozen=True)
+class Budgets:
+    max_recompiles: int = 2
+
+
+def _is_target_phase(phase: str) -> bool:
+    return phase.startswith(_TARGET_PHASES)
+
+
+def _gib(n: float | None) -> str:
+    return "n/a" if n is None else f"{n / 2**30:.3g} GiB" if n >= 2**28 else f"{n / 2**20:.3g} MiB"
+
+
+def _where(site: dict[str, Any] | None) -> Where | None:
+    return Where(**{k: site.get(k) for k in ("file", "line", "function", "module")}) if site else None
+
+
+def _ratio(dense: int | None, fused: int | None) -> float | None:
+    if dense is None or fused is None:
+        return None
+    return round(dense / max(fused, 1), 1)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A failed guard from dynamo's recompile reason, in the user's words where possible."""
+
+    expression: str
+    source: str
+    where: Where | None
+
+    @property
+    def reads_global(self) -> bool:
+        return "global " in self.expression
+
+
+def parse_guard(reason: str, known_file: str | None) -> Guard:
+    """Dynamo writes `0/7: G['__import_pkg_dot_mod'].name == 3  # source line  # path:20 in fn`.
+
+    Global names come out as `global pkg.mod.name`; dynamo shortens long paths from the left, so a
+    path that is a suffix of the target's own file is taken to be that file.
+    """
+    first = _COMPILE_ID_PREFIX.sub("", reason.splitlines()[0] if reason else "")
+    parts = [p.strip() for p in first.split("  # ")]
+    expression = _IMPORTED_GLOBAL.sub(lambda m: f"global {m.group(1).replace('_dot_', '.')}.{m.group(2)}", parts[0])
+    expression = _PLAIN_GLOBAL.sub(lambda m: f"global {m.group(1)}", expression)
+    location = _LOCATION.search(parts[-1]) if len(parts) > 1 else None
+    where = None
+    if location:
+        file = location.group("file")
+        if known_file and known_file.endswith(file.lstrip(".")):
+            file = known_file
+        where = Where(file=file, line=int(location.group("line")), function=location.group("fn"))
+    source = parts[1] if len(parts) > 2 else ""
+    return Guard(expression=expression, source=source, where=where)
+
+
+class CheckCompileJudge:
+    def __init__(self, obs: dict[str, Any], budgets: Budgets) -> None:
+        self.obs = obs
+        self.budgets = budgets
+        self.findings: list[Finding] = []
+        self.checks: list[Check] = []
+        self.measurements: dict[str, Any] = {}
+        self.comparisons: list[Comparison] = []
+        events = [e for e in obs.get("dense_events", []) if _is_target_phase(e["phase"])]
+        self.dense_fwd = [e for e in events if e["kind"] == "forward"]
+        self.dense_bwd = [e for e in events if e["kind"] == "backward"]
+        self.compiles = [c for c in obs.get("compiles", []) if _is_target_phase(c["phase"])]
+        self.phases: dict[str, dict[str, Any]] = obs.get("phases", {})
+
+    def judge(self) -> ProbeResult:
+        self._instrumentation()
+        self._target()
+        self._target_error()
+        self._fused()
+        self._memory()
+        self._numerics()
+        self._varying()
+        self._graph_breaks()
+        self._timing()
+        self._oom()
+        status = "fail" if any(f.severity == "error" for f in self.findings) else "pass"
+        return ProbeResult(
+            probe="check-compile",
+            status=status,
+            findings=self.findings,
+            measurements=self.measurements,
+            checks=self.checks,
+            comparisons=self.comparisons,
+        )
+
+    def _check(self, name: str, status: str, summary: str, *codes: str) -> None:
+        self.checks.append(Check(name=name, status=status, summary=summary, codes=list(codes)))
+
+    def _instrumentation(self) -> None:
+        for key in ("hook_unavailable", "dynamo_watch_unavailable"):
+            if self.obs.get(key):
+                self.findings.append(
+                    finding(
+                        "instrumentation-unavailable",
+                        "Part of the instrumentation could not be installed on this torch",
+                        detail=self.obs[key],
+                        fix="Report the torch version to dflashdoctor; the other checks still ran.",
+                    )
+                )
+
+    # -- static -----------------------------------------------------------------------------
+    def _target(self) -> None:
+        info = self.obs["target"]
+        self.measurements["target_kind"] = info["kind"]
+        rebound = info.get("rebound")
+        if info["kind"] == "raw-flex" or rebound:
+            name = rebound["name"] if rebound else info["spec"]
+            where = (
+                Where(file=rebound.get("file"), line=rebound.get("line"), module=rebound.get("module"))
+                if rebound
+                else None
+            )
+            self.findings.append(
+                finding(
+                    "not-compiled",
+                    f"`{name}` is the raw flex_attention function, not a torch.compile wrapper",
+                    detail=(
+                        f"`{name}` is bound to torch.nn.attention.flex_attention.flex_attention itself"
+                        + (f", last assigned at line {rebound['line']}" if rebound and rebound.get("line") else "")
+                        + ". Every call through it runs the dense kernel, which builds the whole "
+                        "[B, H, Lq, Lkv] float32 score matrix, forward and backward."
+                    ),
+                    where=where,
+                    evidence={"target": info},
+                    fix=f"Bind `{name}` once to `torch.compile(flex_attention)` and remove the later "
+                    "assignment that rebinds it to the raw function.",
+                    refs=[_REFS_FLEX],
+                )
+            )
+            self._check("target", "fail", f"`{name}` is the raw flex_attention (not compiled)", "not-compiled")
+        elif info["kind"] == "compiled-wrapper":
+            self._check("target", "pass", f"torch.compile wrapper of {info['wraps']}")
+        elif info["compiled_globals"]:
+            names = ", ".join(f"`{n}`" for n in info["compiled_globals"])
+            self._check("target", "pass", f"{info['qualname']} calls the compiled wrapper {names}")
+        else:
+            self._check("target", "info", f"{info['qualname']} ({info['kind']}); judged by what it runs")
+
+    def _target_error(self) -> None:
+        error = self.obs.get("target_error")
+        if not error:
+            return
+        message = error["message"].strip().splitlines()[0] if error["message"].strip() else ""
+        self.findings.append(
+            finding(
+                "target-raised",
+                f"The target raised {error['type']} in phase {error['phase']}",
+                detail=f"{error['type']}: {message}",
+                where=_where(error.get("where")),
+                evidence={"traceback": error["traceback"], "message": error["message"]},
+                fix="Run the target once by hand at this shape; the remaining checks need it to succeed.",
+            )
+        )
+        self._check("call", "fail", f"target raised {error['type']} in {error['phase']}", "target-raised")
+
+    # -- dense paths and why ------------------------------------------------------------------
+    def _limit_hit(self) -> dict[str, Any] | None:
+        for record in self.compiles:
+            reason = (record.get("fail_reason") or "").lower()
+            if any(marker in reason for marker in _RECOMPILE_LIMIT_MARKERS):
+                return record
+        return None
+
+    def _skip(self) -> dict[str, Any] | None:
+        for record in self.compiles:
+            reason = record.get("fail_reason") or ""
+            if record.get("fail_type") and _RAISED.search(reason):
+                return record
+        return None
+
+    def _fused(self) -> None:
+        n_fwd, n_bwd = len(self.dense_fwd), len(self.dense_bwd)
+        self.measurements.update(dense_forward_calls=n_fwd, dense_backward_calls=n_bwd)
+        limit, skip = self._limit_hit(), self._skip()
+        if limit:
+            self._recompile_limit_finding(limit)
+        elif skip:
+            self._skip_finding(skip)
+        elif n_fwd or n_bwd:
+            self._dense_findings()
+        cause = ["recompile-limit-fallback"] if limit else ["dynamo-skip-fallback"] if skip else []
+        fwd_codes = cause or ["dense-forward"]
+        if n_fwd:
+            self._check("forward", "fail", f"dense forward in {n_fwd} of the target's calls", *fwd_codes)
+        elif not self.obs.get("hook_unavailable"):
+            self._check("forward", "pass", "fused: no dense forward kernel ran")
+        if not self.obs.get("backward_checked"):
+            self.findings.append(
+                finding(
+                    "backward-not-checked",
+                    f"Backward not checked on {self.obs['device']}",
+                    detail="torch refuses flex_attention backward on CPU inputs that require grad "
+                    "(eager and compiled alike), so the fused backward can only be proven on a GPU.",
+                    fix="Run `dflashdoctor check-compile --device cuda` on a GPU node.",
+                )
+            )
+            self._check("backward", "skip", f"not checked on {self.obs['device']}", "backward-not-checked")
+        elif n_bwd:
+            self._check(
+                "backward", "fail", f"dense backward in {n_bwd} of the target's calls", *(cause or ["dense-backward"])
+            )
+        else:
+            self._check("backward", "pass", "fused: no dense backward kernel ran")
+
+    def _dense_evidence(self) -> dict[str, Any]:
+        sample = (self.dense_fwd or self.dense_bwd)[0]
+        return {
+            "dense_forward_calls": len(self.dense_fwd),
+            "dense_backward_calls": len(self.dense_bwd),
+            "phases": sorted({e["phase"] for e in self.dense_fwd + self.dense_bwd}),
+            "first_event": sample,
+        }
+
+    def _dense_findings(self) -> None:
+        for kind, events in (("forward", self.dense_fwd), ("backward", self.dense_bwd)):
+            if not events:
+                continue
+            first = events[0]
+            self.findings.append(
+                finding(
+                    f"dense-{kind}",
+                    f"flex_attention {kind} ran the unfused dense kernel ({len(events)} calls)",
+                    detail=(
+                        f"The dense {kind} kernel ran for q {first['q_shape']} kv {first['kv_shape']} "
+                        f"{first['dtype']}, building a float32 score matrix of {_gib(first['score_matrix_bytes'])} "
+                        "per call. flex_attention only fuses when it runs inside torch.compile; "
+                        "called outside, it warns once per process and then stays silent."
+                    ),
+                    where=_where(first.get("site")),
+                    evidence={**self._dense_evidence(), "stack": first.get("stack", [])},
+                    fix="Call a wrapper made once at import, `_compiled = torch.compile(flex_attention)`, "
+                    "instead of flex_attention itself (or compile the module that calls it).",
+                    refs=[_REFS_FLEX],
+                )
+            )
+
+    def _recompile_limit_finding(self, limit: dict[str, Any]) -> None:
+        reasons = [c["recompile_reason"] for c in self.compiles if c.get("recompile_reason")]
+        last_reason = limit.get("recompile_reason") or (reasons[-1] if reasons else "")
+        guard = parse_guard(last_reason, self.obs["target"].get("file"))
+        limit_value = self.obs.get("recompile_limit")
+        why = (
+            "The guard is on a global Python value read while tracing (here by the score_mod or mask_mod), "
+            "so every new value is a new graph. "
+            if guard.reads_global
+            else ""
+        )
+        self.findings.append(
+            finding(
+                "recompile-limit-fallback",
+                f"Recompile limit ({limit_value}) hit: flex_attention fell back to the dense kernel",
+                detail=(
+                    f"Dynamo recompiled `{limit.get('co_name') or 'flex_attention'}` each time the guard "
+                    f"`{guard.expression}` failed"
+                    + (f" (source: `{guard.source}`)" if guard.source else "")
+                    + f". {why}Past torch._dynamo.config.recompile_limit ({limit_value}) dynamo stopped "
+                    f"compiling the frame and ran it eagerly from phase {limit['phase']} on: "
+                    f"{len(self.dense_fwd)} dense forward and {len(self.dense_bwd)} dense backward calls "
+                    "followed, with one log line as the only sign."
+                ),
+                where=guard.where or _where((self.dense_fwd or [{}])[0].get("site")),
+                evidence={
+                    "guard": guard.expression,
+                    "recompile_limit": limit_value,
+                    "limit_hit_in_phase": limit["phase"],
+                    "recompile_reasons": [r.splitlines()[0] for r in reasons][-10:],
+                    **(self._dense_evidence() if self.dense_fwd or self.dense_bwd else {}),
+                },
+                fix=(
+                    "Do not read changing Python numbers in score_mod/mask_mod: capture them as tensors "
+                    "(e.g. `limit = torch.tensor(n, device=...)` in the closure) so the graph is reused. "
+                    "Raising recompile_limit only moves the cliff. Set "
+                    "`torch._dynamo.config.fail_on_recompile_limit_hit = True` so a run fails fast instead "
+                    "of silently running dense."
+                ),
+                refs=[_REFS_RECOMPILE],
+            )
+        )
+
+    def _skip_finding(self, skip: dict[str, Any]) -> None:
+        match = _RAISED.search(skip.get("fail_reason") or "")
+        exc = f"{match.group(1)}({match.group(2)})" if match else skip.get("fail_type")
+        raised_at = f"{skip.get('fail_user_frame_filename')}:{skip.get('fail_user_frame_lineno')}"
+        dense_site = (self.dense_fwd or self.dense_bwd or [{}])[0].get("site")
+        where = _where(dense_site) or Where(
+            file=skip.get("fail_user_frame_filename"), line=skip.get("fail_user_frame_lineno")
+        )
+        self.findings.append(
+            finding(
+                "dynamo-skip-fallback",
+                f"An exception inside the compiled `{skip.get('co_name')}` frame made dynamo skip it: "
+                "dense from then on",
+                detail=(
+                    f"During phase {skip['phase']} the compiled frame raised {exc} at {raised_at}. "
+                    "Dynamo marked the code object as skipped for the rest of the process, "
+                    "also for fresh torch.compile wrappers, "
+                    f"so the retry and every later call ran the dense kernel ({len(self.dense_fwd)} dense "
+                    f"forward, {len(self.dense_bwd)} dense backward calls seen; the location below is the "
+                    "first of them)."
+                ),
+                where=where,
+                evidence={
+                    "exception": exc,
+                    "raised_at": raised_at,
+                    "fail_type": skip.get("fail_type"),
+                    "phase": skip["phase"],
+                    **(self._dense_evidence() if self.dense_fwd or self.dense_bwd else {}),
+                },
+                fix=(
+                    "Fix the call so it does not raise (here: pass the arguments the first attempt lacked) "
+                    "instead of catching and retrying. If a process must recover, call "
+                    "`torch._dynamo.reset()` before the next compiled call."
+                ),
+                refs=[_REFS_RECOMPILE],
+            )
+        )
+
+    # -- memory and numerics ------------------------------------------------------------------
+    def _warm_peak(self, backward: bool) -> int | None:
+        pattern = _WARM_BACKWARD if backward else _WARM_FORWARD
+        peaks = [p.get("peak_bytes") for name, p in self.phases.items() if pattern.match(name)]
+        peaks = [p for p in peaks if p is not None]
+        return max(peaks) if peaks else None
+
+    def _memory(self) -> None:
+        score = self._score_matrix_bytes()
+        self.measurements["score_matrix_bytes"] = score
+        if self.obs["device"] != "cuda":
+            self._check(
+                "memory",
+                "skip",
+                f"peak memory is measured on CUDA only; one dense score matrix here is {_gib(score)}",
+            )
+            return
+        fwd, bwd = self._warm_peak(backward=False), self._warm_peak(backward=True)
+        eager_fwd = self.phases.get("eager", {}).get("peak_bytes")
+        eager_bwd = self.phases.get("eager:backward", {}).get("peak_bytes")
+        fwd_ratio, bwd_ratio = _ratio(eager_fwd, fwd), _ratio(eager_bwd, bwd)
+        self.measurements.update(
+            fwd_peak_bytes=fwd,
+            bwd_peak_bytes=bwd,
+            dense_fwd_peak_bytes=eager_fwd,
+            dense_bwd_peak_bytes=eager_bwd,
+            fwd_dense_over_fused=fwd_ratio,
+            bwd_dense_over_fused=bwd_ratio,
+        )
+        for title, fused, dense in (("Forward peak memory", fwd, eager_fwd), ("Backward peak memory", bwd, eager_bwd)):
+            if fused is not None and dense is not None:
+                self.comparisons.append(
+                    Comparison(title=title, unit="bytes", bars=[Bar("target (warm)", fused), Bar("eager dense", dense)])
+                )
+        parts = [f"fwd {_gib(fwd)} vs dense {_gib(eager_fwd)} ({fwd_ratio}x)"]
+        if bwd is not None:
+            parts.append(f"bwd {_gib(bwd)} vs dense {_gib(eager_bwd)} ({bwd_ratio}x)")
+        materialized = any(p is not None and p >= _SCORE_MATRIX_FRACTION * score for p in (fwd, bwd))
+        if materialized:
+            self.findings.append(
+                finding(
+                    "score-matrix-materialized",
+                    "The target's peak memory shows the full score matrix was built",
+                    detail=(
+                        f"Warm forward peak {_gib(fwd)}, backward {_gib(bwd)}, against one float32 score matrix "
+                        f"of {_gib(score)}: a fused kernel never holds it."
+                    ),
+                    evidence={"fwd_peak_bytes": fwd, "bwd_peak_bytes": bwd, "score_matrix_bytes": score},
+                    fix="See the dense-path findings for the call that built it.",
+                )
+            )
+        codes = ["score-matrix-materialized"] if materialized else []
+        self._check("memory", "fail" if materialized else "pass", "; ".join(parts), *codes)
+
+    def _score_matrix_bytes(self) -> int:
+        shape = self.obs["shape"]
+        return shape["batch"] * shape["heads"] * shape["q_len"] * shape["kv_len"] * 4
+
+    def _numerics(self) -> None:
+        numerics = self.obs.get("numerics") or {}
+        errors = {k: v for k, v in numerics.items() if k.endswith("_rel_err")}
+        if not errors:
+            return
+        tol = numerics["tolerance"]
+        self.measurements.update(errors, numerics_tolerance=tol)
+        bad = {k: v for k, v in errors.items() if not v <= tol}
+        summary = ", ".join(f"{k.removesuffix('_rel_err')} {v:.2g}" for k, v in errors.items())
+        if bad:
+            self.findings.append(
+                finding(
+                    "numeric-mismatch",
+                    "The compiled target disagrees with its eager float32 reference",
+                    detail=f"Relative errors {summary}; tolerance {tol:g} for {self.obs['shape']['dtype']}.",
+                    evidence={"rel_err": errors, "tolerance": tol, "reference": numerics.get("reference")},
+                    fix="Compare the target's score_mod/mask_mod under compile and eager; check for state the "
+                    "target changes between calls.",
+                )
+            )
+        self._check(
+            "numerics", "fail" if bad else "pass", f"relative error {summary} (tolerance {tol:g})", "numeric-mismatch"
+        )
+
+    def _varying(self) -> None:
+        vary = self.obs.get("vary") or []
+        recompiles = [c for c in self.compiles if c.get("recompile_reason")]
+        self.measurements["recompiles"] = len(recompiles)
+        self.measurements["vary"] = vary
+        if not vary:
+            return
+        dense_calls = sum(1 for call in vary if call["dense_forward"] or call["dense_backward"])
+        lengths = f"{vary[0]['kv_len']}..{vary[-1]['kv_len']}"
+        over = len(recompiles) > self.budgets.max_recompiles
+        explained = any(f.code in ("recompile-limit-fallback", "dynamo-skip-fallback") for f in self.findings)
+        if over and not explained:
+            target_file = self.obs["target"].get("file")
+            reasons = [parse_guard(c["recompile_reason"], target_file).expression for c in recompiles]
+            self.findings.append(
+                finding(
+                    "recompiles",
+                    f"{len(recompiles)} recompiles, above the budget of {self.budgets.max_recompiles}",
+                    detail="Each recompile costs a compile and brings the recompile limit closer. "
+                    f"The guards that failed, last first: {'; '.join(reversed(reasons[-3:]))}",
+                    evidence={"recompile_reasons": [c["recompile_reason"].splitlines()[0] for c in recompiles]},
+                    fix="Make the varying value a tensor or a dynamic dimension; see the guard named above.",
+                )
+            )
+        status = "fail" if dense_calls else "warn" if over else "pass"
+        self._check(
+            "varying lengths",
+            status,
+            f"{len(vary)} context lengths ({lengths}): {len(recompiles)} recompiles, {dense_calls} calls ran dense",
+            "recompiles",
+            "recompile-limit-fallback",
+            "dynamo-skip-fallback",
+        )
+
+    def _graph_breaks(self) -> None:
+        breaks = self.obs.get("graph_breaks") or {}
+        total = sum(breaks.values())
+        self.measurements["graph_breaks"] = total
+        if total:
+            self.findings.append(
+                finding(
+                    "graph-break",
+                    f"{total} graph breaks while the target ran",
+                    detail="A graph break splits the compiled region; code between the pieces runs eagerly.",
+                    evidence={"graph_breaks": breaks},
+                    fix="Run with TORCH_LOGS=graph_breaks to see each break's line, and remove the cause.",
+                )
+            )
+        self._check("graph breaks", "warn" if total else "pass", f"{total} graph breaks", "graph-break")
+
+    def _timing(self) -> None:
+        first = self.phases.get("target:first", {})
+        first_compiles = [c for c in self.compiles if c["phase"] == "target:first"]
+        compile_s = sum(c.get("entire_frame_compile_time_s") or 0 for c in first_compiles)
+        hits = sum(c.get("inductor_fx_local_cache_hit_count") or 0 for c in first_compiles)
+        warm_backward = [
+            p["backward_s"] for n, p in self.phases.items() if n.startswith("target:warm") and "backward_s" in p
+        ]
+        self.measurements.update(
+            first_call_s=first.get("forward_s"),
+            first_backward_s=self.phases.get("target:first:backward", {}).get("backward_s"),
+            warm_forward_s=first.get("warm_forward_median_s"),
+            warm_backward_s=statistics.median(warm_backward) if warm_backward else None,
+            compile_s=round(compile_s, 3),
+            fx_graph_cache_hits=hits,
+        )
+        if first.get("forward_s") is None or first.get("warm_forward_median_s") is None:
+            return
+        cache = "warm Inductor cache" if hits else "cold Inductor cache"
+        self.comparisons.append(
+            Comparison(
+                title="Forward call time",
+                unit="seconds",
+                bars=[
+                    Bar("first call (compile)", first["forward_s"]),
+                    Bar("warm call (median)", first["warm_forward_median_s"]),
+                ],
+            )
+        )
+        self._check(
+            "compile time",
+            "info",
+            f"first call {first['forward_s']:.2f} s ({cache}, dynamo+inductor {compile_s:.2f} s), "
+            f"warm {first['warm_forward_median_s'] * 1e3:.2f} ms",
+        )
+
+    def _oom(self) -> None:
+        for record in self.obs.get("oom") or []:
+            if not _is_target_phase(record["phase"]):
+                self.measurements["dense_baseline_oom"] = record["message"]
+                continue
+            self.findings.append(
+                finding(
+                    "oom",
+                    f"Out of memory in phase {record['phase']}",
+                    detail=record["message"],
+                    evidence=record,
+                    fix="Check the dense-path findings: a dense flex_attention call builds the whole score matrix.",
+                )
+            )
+
+
+def judge(observations: dict[str, Any], budgets: Budgets) -> ProbeResult:
+    return CheckCompileJudge(observations, budgets).judge()

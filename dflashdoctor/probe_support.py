@@ -1,0 +1,55 @@
+"""What every probe needs to talk to the doctor: its config in, one JSON document out.
+
+Probed side, standard library only. The doctor starts a probe as
+`python probes/<name>.py --config CONFIG.json --out RESULT.json`; the probe writes RESULT.json
+atomically, so a probe that dies mid-write leaves no half document for the doctor to misread.
+A probe signals bad input by raising `UsageError`: the doctor turns it into one line and exit 2.
+SIGUSR1 makes the probe print every thread's stack to stderr, which the doctor asks for before
+killing a probe that ran past its timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+
+class UsageError(Exception):
+    """Bad input found on the probed side (no such module, impossible shape, no CUDA, ...)."""
+
+
+def write_json_atomically(path: str, payload: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, default=str)
+    os.replace(tmp, path)
+
+
+def probe_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Entry point of a probe script: parse argv, run, write the result or the usage error."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    with open(args.config, encoding="utf-8") as handle:
+        config = json.load(handle)
+    try:
+        payload = run(config)
+    except UsageError as exc:
+        payload = {"usage_error": str(exc)}
+    except Exception as exc:  # the probe's own failure: still a document, so the doctor can say what broke
+        payload = {
+            "probe_error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc()[-4000:],
+        }
+    write_json_atomically(args.out, payload)
+    sys.stdout.flush()

@@ -1,0 +1,58 @@
+"""The terminal view: reads like a doctor's verdict. One line per check, the verdict, then details."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+from dflashdoctor.render.common import subject, verdict_line
+from dflashdoctor.report import Finding, Report
+
+_CHECK_STYLE = {
+    "pass": ("✔", "green"),
+    "fail": ("✘", "bold red"),
+    "warn": ("!", "yellow"),
+    "info": ("i", "cyan"),
+    "skip": ("–", "dim"),
+}
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold magenta"}
+_EVIDENCE_CHARS = 1200
+
+
+def _finding(console: Console, f: Finding, verbose: bool) -> None:
+    console.print(Text.assemble((f"[{f.severity}] ", _SEVERITY_STYLE[f.severity]), (f.code, "bold"), "  ", f.title))
+    if f.where:
+        console.print(Text(f"    at {f.where.label()}", style="dim"))
+    if f.detail:
+        console.print(Text("    " + f.detail))
+    if f.fix:
+        console.print(Text.assemble(("    fix: ", "green"), f.fix))
+    if verbose and f.evidence:
+        evidence = json.dumps(f.evidence, indent=2, default=str)
+        console.print(Text(evidence[:_EVIDENCE_CHARS], style="dim"))
+
+
+def render_terminal(report: Report, console: Console, *, verbose: bool = False, report_dir: str | None = None) -> None:
+    console.print(Text.assemble(("dflashdoctor " + report.command, "bold"), "  ", subject(report)))
+    for result in report.results:
+        if not result.checks:
+            console.print(f"  [bold]{escape(result.probe)}[/]: {result.status}")
+        width = max((len(c.name) for c in result.checks), default=0)
+        for check in result.checks:
+            mark, style = _CHECK_STYLE[check.status]
+            console.print(
+                Text.assemble("  ", (mark, style), " ", (check.name.ljust(width), "bold"), "  ", check.summary)
+            )
+    console.print()
+    console.print(Text(verdict_line(report), style=_VERDICT_STYLE[report.verdict]))
+    findings = sorted(report.findings(), key=lambda f: ("error", "warning", "info").index(f.severity))
+    if findings:
+        console.print()
+        for f in findings:
+            _finding(console, f, verbose)
+    if report_dir:
+        console.print(Text(f"\nreport: {report_dir}/report.html (also report.json, report.md, junit.xml)", style="dim"))

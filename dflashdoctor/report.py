@@ -1,0 +1,155 @@
+"""The report model: one serialisable session object that every renderer draws from.
+
+Standard library only, because the probed side builds parts of it too. The schema is DESIGN.md's
+contract; two additions are optional lists on ProbeResult: `checks` (one line per question the
+probe answered, which the terminal view lists first) and `comparisons` (numbers people compare,
+which the HTML view draws as bar charts). A report written by an older version reads back with
+both empty.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+SCHEMA = "dflashdoctor.report/1"
+
+Severity = Literal["error", "warning", "info"]
+ProbeStatus = Literal["pass", "fail", "error", "skipped"]
+CheckStatus = Literal["pass", "fail", "warn", "info", "skip"]
+Verdict = Literal["pass", "fail", "error"]
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_CRASH = 3
+
+
+@dataclass
+class Where:
+    """A place in the user's code: what a finding points at."""
+
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    module: str | None = None
+
+    def label(self) -> str:
+        place = self.file or self.module or "?"
+        if self.line:
+            place = f"{place}:{self.line}"
+        return f"{place} in {self.function}" if self.function else place
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: Severity
+    title: str
+    detail: str = ""
+    where: Where | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    fix: str = ""
+    refs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Check:
+    """One question a probe answered, as one line of the verdict."""
+
+    name: str
+    status: CheckStatus
+    summary: str
+    codes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Bar:
+    label: str
+    value: float
+
+
+@dataclass
+class Comparison:
+    """Numbers a reader compares side by side, such as dense versus fused peak memory."""
+
+    title: str
+    unit: str
+    bars: list[Bar] = field(default_factory=list)
+
+
+@dataclass
+class ProbeResult:
+    probe: str
+    status: ProbeStatus
+    duration_s: float = 0.0
+    findings: list[Finding] = field(default_factory=list)
+    measurements: dict[str, Any] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    command: str
+    argv: list[str]
+    started: str
+    duration_s: float = 0.0
+    verdict: Verdict = "pass"
+    environment: dict[str, Any] = field(default_factory=dict)
+    results: list[ProbeResult] = field(default_factory=list)
+    schema: str = SCHEMA
+
+    def findings(self) -> list[Finding]:
+        return [f for r in self.results for f in r.findings]
+
+    def exit_code(self) -> int:
+        """Crashes outrank findings: a report whose probe died cannot vouch for anything."""
+        if self.verdict == "error":
+            return EXIT_CRASH
+        return EXIT_FINDINGS if self.verdict == "fail" else EXIT_OK
+
+    def settle_verdict(self) -> None:
+        crashed = any(r.status == "error" for r in self.results) or any(
+            f.code == "probe-crashed" for f in self.findings()
+        )
+        failed = any(f.severity == "error" for f in self.findings())
+        self.verdict = "error" if crashed else "fail" if failed else "pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {"schema": data.pop("schema"), **data}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"not a {SCHEMA} document (schema={data.get('schema')!r})")
+        results = [probe_result_from_dict(r) for r in data.get("results", [])]
+        fields = {k: v for k, v in data.items() if k not in ("results", "schema")}
+        return cls(**fields, results=results)
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        return cls.from_dict(json.loads(text))
+
+
+def finding_from_dict(data: dict[str, Any]) -> Finding:
+    where = data.get("where")
+    return Finding(**{**data, "where": Where(**where) if where else None})
+
+
+def probe_result_from_dict(data: dict[str, Any]) -> ProbeResult:
+    return ProbeResult(
+        **{
+            **data,
+            "findings": [finding_from_dict(f) for f in data.get("findings", [])],
+            "checks": [Check(**c) for c in data.get("checks", [])],
+            "comparisons": [
+                Comparison(**{**c, "bars": [Bar(**b) for b in c.get("bars", [])]}) for c in data.get("comparisons", [])
+            ],
+        }
+    )

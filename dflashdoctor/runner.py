@@ -1,0 +1,142 @@
+"""Starts a probe in a child process and brings back its one JSON document, whatever happens.
+
+The child is the probed interpreter (this one, or `--python PATH`). It gets dflashdoctor's own
+folder on PYTHONPATH, so another environment needs only torch, not dflashdoctor installed. The
+child runs in its own process group: on timeout we ask it for every thread's stack (SIGUSR1, see
+probe_support), then kill the group, so nothing it started outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+_STACK_DUMP_GRACE_S = 2.0
+_TAIL_CHARS = 6000
+
+
+@dataclass
+class ProbeRun:
+    """What came back from one probe process."""
+
+    probe: str
+    duration_s: float
+    returncode: int | None
+    timed_out: bool = False
+    payload: dict[str, Any] | None = None
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def crashed(self) -> bool:
+        return self.payload is None
+
+    def crash_summary(self) -> str:
+        if self.timed_out:
+            return f"probe {self.probe} timed out after {self.duration_s:.0f} s and was killed"
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                sig = signal.Signals(-self.returncode).name
+            except ValueError:
+                sig = "unknown signal"
+            hint = " (the kernel's OOM killer sends SIGKILL)" if sig == "SIGKILL" else ""
+            return f"probe {self.probe} was killed by signal {-self.returncode} ({sig}){hint}"
+        return f"probe {self.probe} exited with status {self.returncode} without writing its result"
+
+
+def probes_dir() -> Path:
+    """Where the probe scripts are: `probes/` in a checkout, `dflashdoctor/probes` in a wheel."""
+    spec = find_spec("dflashdoctor.probes")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parent.parent / "probes"
+
+
+def package_root() -> Path:
+    """The folder that holds the dflashdoctor package, for the child's PYTHONPATH."""
+    return Path(__file__).resolve().parent.parent
+
+
+def resolve_python(python: str | None) -> str:
+    """The interpreter to probe with; raises ValueError with one line when it is not there."""
+    if python is None:
+        return sys.executable
+    found = shutil.which(python) if os.sep not in python else (python if os.access(python, os.X_OK) else None)
+    if not found:
+        raise ValueError(f"--python {python}: no such executable")
+    return found
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-_TAIL_CHARS:].decode("utf-8", errors="replace")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    parts = [str(package_root())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run_probe(probe: str, config: dict[str, Any], *, python: str, timeout_s: float) -> ProbeRun:
+    script = probes_dir() / f"{probe}.py"
+    with tempfile.TemporaryDirectory(prefix="dflashdoctor-") as tmp:
+        work = Path(tmp)
+        config_path, out_path = work / "config.json", work / "result.json"
+        config_path.write_text(json.dumps(config), encoding="utf-8")
+        argv = [python, str(script), "--config", str(config_path), "--out", str(out_path)]
+        started = time.monotonic()
+        with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
+            child = subprocess.Popen(
+                argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_env(), start_new_session=True
+            )
+            timed_out = False
+            try:
+                child.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _stop(child)
+        run = ProbeRun(
+            probe=probe,
+            duration_s=round(time.monotonic() - started, 3),
+            returncode=child.returncode,
+            timed_out=timed_out,
+            stdout_tail=_tail(work / "stdout"),
+            stderr_tail=_tail(work / "stderr"),
+            argv=argv,
+        )
+        if not timed_out and out_path.exists():
+            try:
+                run.payload = json.loads(out_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                run.payload = None
+        return run
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """Ask for thread stacks, give them a moment to reach stderr, then kill the whole group."""
+    try:
+        os.killpg(child.pid, signal.SIGUSR1)
+        child.wait(timeout=_STACK_DUMP_GRACE_S)
+    except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
+        pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()

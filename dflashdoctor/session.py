@@ -1,0 +1,76 @@
+"""Building a Report around probe runs: environment, timing, and crashes turned into findings."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from dflashdoctor import __version__
+from dflashdoctor.codes import finding
+from dflashdoctor.errors import BadInput
+from dflashdoctor.report import ProbeResult, Report
+from dflashdoctor.runner import ProbeRun
+
+
+def new_report(command: str, argv: list[str]) -> Report:
+    return Report(
+        command=command,
+        argv=argv,
+        started=datetime.now(UTC).isoformat(timespec="seconds"),
+        environment={
+            "dflashdoctor": __version__,
+            "doctor_python": sys.version.split()[0],
+            "platform": platform.platform(),
+        },
+    )
+
+
+def finish(report: Report, started_monotonic: float) -> Report:
+    report.duration_s = round(time.monotonic() - started_monotonic, 3)
+    report.settle_verdict()
+    return report
+
+
+def crash_result(run: ProbeRun) -> ProbeResult:
+    """A probe that died without a result: one probe-crashed finding carrying what it left behind."""
+    return ProbeResult(
+        probe=run.probe,
+        status="error",
+        duration_s=run.duration_s,
+        findings=[
+            finding(
+                "probe-crashed",
+                run.crash_summary(),
+                detail="The probe process ended without writing its result. Its last output is in the "
+                "evidence; on a timeout the stderr tail holds every thread's stack.",
+                evidence={
+                    "returncode": run.returncode,
+                    "timed_out": run.timed_out,
+                    "stderr_tail": run.stderr_tail,
+                    "stdout_tail": run.stdout_tail,
+                    "argv": run.argv,
+                },
+                fix="Raise --timeout if the probe was only slow; otherwise run the argv above by hand to reproduce.",
+            )
+        ],
+    )
+
+
+def probe_payload(run: ProbeRun) -> dict[str, Any] | None:
+    """The probe's observations; a usage error found on the probed side becomes BadInput."""
+    if run.payload is None:
+        return None
+    if "usage_error" in run.payload:
+        raise BadInput(run.payload["usage_error"])
+    return run.payload
+
+
+def probe_error_result(run: ProbeRun, payload: dict[str, Any]) -> ProbeResult:
+    """The probe caught its own failure: report it as a crash of that probe, with the traceback."""
+    result = crash_result(run)
+    result.findings[0].title = f"probe {run.probe} failed: {payload['probe_error']}"
+    result.findings[0].evidence["traceback"] = payload.get("traceback", "")
+    return result

@@ -1,0 +1,72 @@
+"""Attention shapes for the probes: defaults per device, and what makes a shape impossible.
+
+Standard library only: the doctor validates what it can before starting a probe, and the probe
+applies the device defaults once it knows which device `auto` became.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+DTYPES = ("bfloat16", "float16", "float32", "float64")
+DEVICES = ("auto", "cpu", "cuda")
+MASKS = ("dflash", "causal", "none")
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    batch: int
+    heads: int
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    dtype: str
+    block_size: int = 16
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def label(self) -> str:
+        return (
+            f"B{self.batch} H{self.heads}/{self.kv_heads} q{self.q_len} kv{self.kv_len} d{self.head_dim} {self.dtype}"
+        )
+
+
+# The measured DFlash shape (FACTS.md): 128 anchors of 16 draft tokens over 8192 context tokens.
+CUDA_DEFAULT = AttentionShape(1, 32, 8, 2048, 10240, 128, "bfloat16")
+# The same structure (GQA 4:1, kv = 5 x q, blocks of 16) scaled so a CPU probe takes seconds.
+CPU_DEFAULT = AttentionShape(1, 8, 2, 256, 1280, 64, "float32")
+
+
+def default_shape(device: str) -> AttentionShape:
+    return CUDA_DEFAULT if device == "cuda" else CPU_DEFAULT
+
+
+def shape_with(device: str, overrides: dict[str, Any]) -> AttentionShape:
+    """The device default with the given (non-None) fields replaced."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return replace(default_shape(device), **given)
+
+
+def shape_problem(shape: AttentionShape, mask: str) -> str | None:
+    """Why this shape cannot run, in one line, or None when it can."""
+    for name in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "block_size"):
+        if getattr(shape, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1 (got {getattr(shape, name)})"
+    if shape.dtype not in DTYPES:
+        return f"unknown dtype {shape.dtype!r}; expected one of {', '.join(DTYPES)}"
+    if shape.heads % shape.kv_heads:
+        return f"--heads {shape.heads} is not a multiple of --kv-heads {shape.kv_heads}"
+    if shape.head_dim < 16:
+        return f"--head-dim {shape.head_dim} is below flex_attention's minimum of 16"
+    if mask == "dflash":
+        if shape.kv_len <= shape.q_len:
+            return (
+                f"the dflash mask needs context before the draft blocks: --kv-len {shape.kv_len} "
+                f"must exceed --q-len {shape.q_len}"
+            )
+        if shape.q_len % shape.block_size:
+            return f"the dflash mask needs --q-len {shape.q_len} to be a multiple of the block size {shape.block_size}"
+    return None

@@ -1,0 +1,178 @@
+"""Resolving a TARGET (`package.module:attr` or `path/to/file.py:attr`) and describing what it is.
+
+Probed side: the user's module is imported where it will run, in the probe's interpreter. Every way
+the spec can be wrong becomes a `UsageError` with one line that names the problem.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from types import ModuleType
+from typing import Any
+
+from dflashdoctor.probe_support import UsageError
+
+_COMPILED_HINT = "compile"
+
+
+@dataclass
+class TargetInfo:
+    """What static inspection learned about the target, before calling it."""
+
+    spec: str
+    kind: str  # "compiled-wrapper" | "raw-flex" | "function" | "callable"
+    qualname: str
+    module: str | None
+    file: str | None
+    line: int | None
+    wraps: str | None = None  # for a compiled wrapper: what it compiles
+    wraps_flex: bool = False
+    compiled_globals: list[str] = field(default_factory=list)  # compiled wrappers it reads
+    raw_flex_globals: list[str] = field(default_factory=list)  # raw flex_attention names it reads
+    rebound: dict[str, Any] | None = None  # a compiled-looking name bound to the raw function
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    module_part, sep, attr = spec.rpartition(":")
+    if not sep or not module_part or not attr:
+        raise UsageError(f"target {spec!r} is not of the form package.module:attr or path/to/file.py:attr")
+    return module_part, attr
+
+
+def _load_file(path: str) -> ModuleType:
+    if not os.path.isfile(path):
+        raise UsageError(f"no such file: {path}")
+    path = os.path.abspath(path)
+    name = "dflashdoctor_target_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot load {path} as Python source")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, os.path.dirname(path))  # so the file's sibling imports work
+    spec.loader.exec_module(module)
+    return module
+
+
+def _import(module_part: str) -> ModuleType:
+    try:
+        if module_part.endswith(".py") or os.sep in module_part:
+            return _load_file(module_part)
+        return importlib.import_module(module_part)
+    except UsageError:
+        raise
+    except SyntaxError as exc:
+        raise UsageError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}") from exc
+    except ModuleNotFoundError as exc:
+        if exc.name and module_part.startswith(exc.name):
+            raise UsageError(f"no module named {module_part!r}") from exc
+        raise UsageError(f"importing {module_part!r} failed: {exc}") from exc
+    except Exception as exc:
+        raise UsageError(f"importing {module_part!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def resolve(spec: str) -> tuple[Any, ModuleType, str]:
+    """The object named by `spec`, the module it came from, and the attribute path."""
+    module_part, attr = split_spec(spec)
+    module = _import(module_part)
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"{module_part} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UsageError(f"{spec} is a {type(obj).__name__}, not a callable")
+    return obj, module, attr
+
+
+def check_call_convention(obj: Any, spec: str, sample_args: tuple[Any, ...]) -> None:
+    """The target must accept target(query, key, value, block_mask=..., enable_gqa=...)."""
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return  # builtins and some C callables carry no signature; the call itself will tell
+    try:
+        signature.bind(*sample_args, block_mask=None, enable_gqa=True)
+    except TypeError as exc:
+        raise UsageError(
+            f"{spec} does not take flex_attention's call convention "
+            f"target(query, key, value, block_mask=..., enable_gqa=...): {exc}"
+        ) from exc
+
+
+def _last_assignment_line(module: ModuleType, name: str) -> int | None:
+    """Line of the last top-level assignment to `name`: where a rebinding happened."""
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    lines = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name) and target.id == name
+    ]
+    return max(lines) if lines else None
+
+
+def _location(obj: Any) -> tuple[str | None, int | None]:
+    inner = inspect.unwrap(obj) if callable(obj) else obj
+    try:
+        return inspect.getsourcefile(inner), inspect.getsourcelines(inner)[1]
+    except (OSError, TypeError):
+        return None, None
+
+
+def describe(obj: Any, module: ModuleType, attr: str, spec: str) -> TargetInfo:
+    from torch.nn.attention.flex_attention import flex_attention as raw_flex
+
+    file, line = _location(obj)
+    info = TargetInfo(
+        spec=spec,
+        kind="callable",
+        qualname=getattr(obj, "__qualname__", attr),
+        module=getattr(obj, "__module__", module.__name__),
+        file=file,
+        line=line,
+    )
+    wrapped = getattr(obj, "_torchdynamo_orig_callable", None)
+    if wrapped is not None:
+        info.kind = "compiled-wrapper"
+        info.wraps = f"{getattr(wrapped, '__module__', '?')}.{getattr(wrapped, '__qualname__', wrapped)}"
+        info.wraps_flex = wrapped is raw_flex
+        return info
+    if obj is raw_flex:
+        info.kind = "raw-flex"
+        if _COMPILED_HINT in attr.lower():
+            line = _last_assignment_line(module, attr.split(".")[-1])
+            info.rebound = {"name": attr, "file": module.__file__, "line": line, "module": module.__name__}
+        return info
+    code = getattr(inspect.unwrap(obj), "__code__", None)
+    if code is None:
+        return info
+    info.kind = "function"
+    home = inspect.getmodule(inspect.unwrap(obj)) or module
+    for name in code.co_names:
+        value = getattr(home, name, None)
+        if getattr(value, "_torchdynamo_orig_callable", None) is not None:
+            info.compiled_globals.append(name)
+        elif value is raw_flex:
+            info.raw_flex_globals.append(name)
+            if _COMPILED_HINT in name.lower() and info.rebound is None:
+                info.rebound = {
+                    "name": name,
+                    "file": getattr(home, "__file__", None),
+                    "line": _last_assignment_line(home, name),
+                    "module": home.__name__,
+                }
+    return info

@@ -1,0 +1,269 @@
+"""Probe: is a flex_attention wrapper really compiled, and fused forward and backward?
+
+Runs inside the probed interpreter (standard library, torch, dflashdoctor's probed side). It only
+observes: it calls the target the way training does and records what ran (dense-kernel events,
+dynamo's compile records), how much memory each phase took and how long, and how far the output
+is from the eager reference. The doctor judges those observations into findings.
+
+Phases, in order, so that the target's first call is a true cold call:
+  target:first    first forward (compile included), then backward where the device supports it
+  target:warm     a few more forward/backward calls at the same shape (steady-state time)
+  eager           plain flex_attention, forward and backward: the dense baseline
+  reference       fresh inputs; the target against itself run eagerly in float32 (numerics)
+  vary:<kv_len>   the target at N more context lengths, as a training run sees them
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.nn.attention.flex_attention import flex_attention
+
+from dflashdoctor.hooks.dynamo_watch import DynamoWatch
+from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
+from dflashdoctor.hooks.memory import PeakMemory
+from dflashdoctor.probe_support import UsageError, probe_main
+from dflashdoctor.reference.masks import build_block_mask
+from dflashdoctor.shapes import AttentionShape, shape_problem, shape_with
+from dflashdoctor.targets import check_call_convention, describe, resolve
+
+WARM_CALLS = 3
+_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}
+_OOM_ERRORS: tuple[type[BaseException], ...] = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
+
+
+class TargetFailed(Exception):
+    """The target raised on a valid call; the remaining target phases cannot run."""
+
+
+def _resolve_device(requested: str) -> str:
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for, but torch sees no CUDA device here")
+    return requested
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _inputs(shape: AttentionShape, device: str, kv_len: int, grad: bool, seed: int, dtype=None):
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    dtype = dtype or getattr(torch, shape.dtype)
+
+    def tensor(heads: int, length: int) -> torch.Tensor:
+        data = torch.randn(shape.batch, heads, length, shape.head_dim, generator=generator)
+        return data.to(device=device, dtype=dtype).requires_grad_(grad)
+
+    return tensor(shape.heads, shape.q_len), tensor(shape.kv_heads, kv_len), tensor(shape.kv_heads, kv_len)
+
+
+def _rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    actual, expected = actual.double(), expected.double()
+    if not torch.isfinite(actual).all():
+        return float("inf")
+    return float((actual - expected).norm() / expected.norm().clamp_min(1e-30))
+
+
+def _error_site(exc: BaseException) -> dict[str, Any] | None:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename]
+    if not frames:
+        return None
+    last = frames[-1]
+    return {"file": last.filename, "line": last.lineno, "function": last.name}
+
+
+class CheckCompileProbe:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.device = _resolve_device(config["device"])
+        self.shape = shape_with(self.device, config.get("shape", {}))
+        problem = shape_problem(self.shape, config["mask"])
+        if problem:
+            raise UsageError(problem)
+        self.backward = self.device != "cpu" and config.get("backward", True)
+        self.dense = DenseFlexRecorder()
+        self.memory = PeakMemory(self.device)
+        self.phases: dict[str, dict[str, Any]] = {}
+        self.oom: list[dict[str, Any]] = []
+        self.target_error: dict[str, Any] | None = None
+
+    @contextmanager
+    def phase(self, name: str):
+        """Label dense events and compiles with `name`; time it; turn OOM into an observation."""
+        self.dense.phase = name
+        record = self.phases.setdefault(name, {})
+        self.memory.start()
+        started = time.perf_counter()
+        try:
+            yield record
+        except _OOM_ERRORS as exc:
+            record["oom"] = True
+            self.oom.append(self._oom_record(name, exc))
+        finally:
+            _sync(self.device)
+            record["wall_s"] = round(time.perf_counter() - started, 6)
+            record["peak_bytes"] = self.memory.stop()
+            record["compiles"] = self.watch.collect(name)
+            self.dense.phase = ""
+
+    def _oom_record(self, phase: str, exc: BaseException) -> dict[str, Any]:
+        record: dict[str, Any] = {"phase": phase, "message": str(exc).splitlines()[0][:500]}
+        if self.device == "cuda":
+            record["allocated_bytes"] = torch.cuda.memory_allocated()
+            record["reserved_bytes"] = torch.cuda.memory_reserved()
+            torch.cuda.empty_cache()
+        record["last_dense_events"] = [e.to_dict() for e in self.dense.events[-3:]]
+        return record
+
+    def call_target(self, target, q, k, v, block_mask):
+        try:
+            return target(q, k, v, block_mask=block_mask, enable_gqa=self.shape.heads != self.shape.kv_heads)
+        except _OOM_ERRORS:
+            raise
+        except Exception as exc:
+            self.target_error = {
+                "type": type(exc).__name__,
+                "message": str(exc)[:2000],
+                "phase": self.dense.phase,
+                "where": _error_site(exc),
+                "traceback": traceback.format_exc()[-3000:],
+            }
+            raise TargetFailed from exc
+
+    def run(self) -> dict[str, Any]:
+        target, module, attr = resolve(self.config["target"])
+        shape = self.shape
+        q, k, v = _inputs(shape, self.device, shape.kv_len, self.backward, seed=0)
+        check_call_convention(target, self.config["target"], (q, k, v))
+        info = describe(target, module, attr, self.config["target"])
+        self.watch = DynamoWatch()
+        mask = build_block_mask(self.config["mask"], shape.q_len, shape.kv_len, self.device, shape.block_size)
+        vary: list[dict[str, Any]] = []
+        numerics: dict[str, Any] = {}
+        with self.dense:
+            try:
+                self._target_phases(target, q, k, v, mask)
+                self._eager_phase(q, k, v, mask)
+                numerics = self._numerics(target, mask)
+                vary = self._vary(target)
+            except TargetFailed:
+                pass
+        return {
+            "device": self.device,
+            "device_name": torch.cuda.get_device_name() if self.device == "cuda" else "cpu",
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+            "shape": shape.to_dict(),
+            "mask": self.config["mask"],
+            "backward_checked": self.backward,
+            "target": info.to_dict(),
+            "hook_unavailable": self.dense.unavailable,
+            "dynamo_watch_unavailable": self.watch.unavailable,
+            "recompile_limit": getattr(torch._dynamo.config, "recompile_limit", None),
+            "phases": self.phases,
+            "numerics": numerics,
+            "vary": vary,
+            "dense_events": [e.to_dict() for e in self.dense.events],
+            "compiles": self.watch.records,
+            "graph_breaks": self.watch.graph_breaks,
+            "oom": self.oom,
+            "target_error": self.target_error,
+        }
+
+    def _forward_backward(self, target, q, k, v, mask, name: str) -> None:
+        out = None
+        with self.phase(name) as record:
+            started = time.perf_counter()
+            out = self.call_target(target, q, k, v, mask)
+            _sync(self.device)
+            record["forward_s"] = round(time.perf_counter() - started, 6)
+        if self.backward and out is not None:
+            with self.phase(f"{name}:backward") as record:
+                started = time.perf_counter()
+                out.backward(torch.ones_like(out))
+                _sync(self.device)
+                record["backward_s"] = round(time.perf_counter() - started, 6)
+
+    def _target_phases(self, target, q, k, v, mask) -> None:
+        self._forward_backward(target, q, k, v, mask, "target:first")
+        for i in range(WARM_CALLS):
+            self._forward_backward(target, q, k, v, mask, f"target:warm{i}")
+        warm = [self.phases[f"target:warm{i}"].get("forward_s") for i in range(WARM_CALLS)]
+        self.phases["target:first"]["warm_forward_median_s"] = statistics.median(w for w in warm if w is not None)
+
+    def _eager_phase(self, q, k, v, mask) -> None:
+        enable_gqa = self.shape.heads != self.shape.kv_heads
+        q, k, v = (t.detach().requires_grad_(self.backward) for t in (q, k, v))
+        out = None
+        with self.phase("eager"):
+            out = flex_attention(q, k, v, block_mask=mask, enable_gqa=enable_gqa)
+        if self.backward and out is not None:
+            with self.phase("eager:backward"):
+                out.backward(torch.ones_like(out))
+
+    def _numerics(self, target, mask) -> dict[str, Any]:
+        """The target on fresh inputs against the same target run eagerly in float32."""
+        shape = self.shape
+        q, k, v = _inputs(shape, self.device, shape.kv_len, self.backward, seed=1)
+        ref_inputs = [t.detach().float().requires_grad_(self.backward) for t in (q, k, v)]
+        result: dict[str, Any] = {"tolerance": _TOLERANCE[shape.dtype], "reference": "target, eager, float32"}
+        out = ref = None
+        with self.phase("numerics"):
+            out = self.call_target(target, q, k, v, mask)
+            grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(2)).to(out)
+            if self.backward:
+                out.backward(grad_out)
+        with self.phase("reference"), torch.compiler.set_stance("force_eager"):
+            ref = self.call_target(target, *ref_inputs, mask)
+            if self.backward:
+                ref.backward(grad_out.float())
+        if out is None or ref is None:
+            return result
+        result["out_rel_err"] = _rel_err(out, ref)
+        if self.backward:
+            for name, mine, theirs in zip(("dq", "dk", "dv"), (q, k, v), ref_inputs, strict=True):
+                if mine.grad is not None and theirs.grad is not None:
+                    result[f"{name}_rel_err"] = _rel_err(mine.grad, theirs.grad)
+        return result
+
+    def _vary(self, target) -> list[dict[str, Any]]:
+        """The target at growing context lengths: what a training run's batches look like."""
+        shape = self.shape
+        step = max(shape.block_size, (shape.kv_len // 16) // shape.block_size * shape.block_size)
+        calls = []
+        for i in range(self.config.get("vary", 10)):
+            kv_len = shape.kv_len + (i + 1) * step
+            mask = build_block_mask(self.config["mask"], shape.q_len, kv_len, self.device, shape.block_size)
+            q, k, v = _inputs(shape, self.device, kv_len, self.backward, seed=10 + i)
+            name = f"vary:{kv_len}"
+            before = len(self.dense.events)
+            self._forward_backward(target, q, k, v, mask, name)
+            new = self.dense.events[before:]
+            calls.append(
+                {
+                    "kv_len": kv_len,
+                    "dense_forward": sum(e.kind == "forward" for e in new),
+                    "dense_backward": sum(e.kind == "backward" for e in new),
+                    "forward_s": self.phases[name].get("forward_s"),
+                    "compiles": len(self.phases[name].get("compiles", []))
+                    + len(self.phases.get(f"{name}:backward", {}).get("compiles", [])),
+                }
+            )
+        return calls
+
+
+def run(config: dict[str, Any]) -> dict[str, Any]:
+    return CheckCompileProbe(config).run()
+
+
+if __name__ == "__main__":
+    probe_main(run)
