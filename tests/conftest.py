@@ -1,0 +1,71 @@
+"""Shared helpers: the CLI runs as a real child process, exactly as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TARGETS = Path(__file__).parent / "targets"
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclass
+class CliRun:
+    code: int
+    stdout: str
+    stderr: str
+    report_dir: Path
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return json.loads((self.report_dir / "report.json").read_text())
+
+    def findings(self, code: str | None = None) -> list[dict[str, Any]]:
+        found = [f for r in self.report["results"] for f in r["findings"]]
+        return [f for f in found if code is None or f["code"] == code]
+
+    def codes(self) -> set[str]:
+        return {f["code"] for f in self.findings()}
+
+    def check(self, name: str) -> dict[str, Any]:
+        return next(c for r in self.report["results"] for c in r["checks"] if c["name"] == name)
+
+
+def run_cli(tmp_path: Path, *args: str, timeout: float = 600) -> CliRun:
+    report_dir = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dflashdoctor", *args, "--report-dir", str(report_dir)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
+    return CliRun(proc.returncode, proc.stdout, proc.stderr, report_dir)
+
+
+@pytest.fixture
+def cli(tmp_path: Path):
+    def invoke(*args: str, timeout: float = 600) -> CliRun:
+        return run_cli(tmp_path, *args, timeout=timeout)
+
+    return invoke

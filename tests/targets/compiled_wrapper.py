@@ -1,0 +1,6 @@
+"""A user file whose attribute is a torch.compile wrapper of flex_attention itself."""
+
+import torch
+from torch.nn.attention.flex_attention import flex_attention
+
+compiled_flex = torch.compile(flex_attention)

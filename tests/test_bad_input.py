@@ -1,0 +1,47 @@
+"""Bad input: one clear line on stderr, exit 2, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TARGETS = Path(__file__).parent / "targets"
+BAD = TARGETS / "bad_inputs.py"
+
+CASES = [
+    (["no_such_pkg.attention:fn"], "no module named 'no_such_pkg.attention'"),
+    ([f"{TARGETS}/missing.py:fn"], "no such file"),
+    (["dflashdoctor.reference.drafter:no_such_attr"], "has no attribute 'no_such_attr'"),
+    ([f"{TARGETS}/syntax_error.py:attention"], "syntax error in"),
+    ([f"{BAD}:NOT_CALLABLE"], "not a callable"),
+    ([f"{BAD}:wrong_signature"], "does not take flex_attention's call convention"),
+    (["dflashdoctor.reference.drafter"], "is not of the form"),
+    (["--heads", "6", "--kv-heads", "4"], "not a multiple of --kv-heads"),
+    (["--device", "cpu", "--q-len", "512", "--kv-len", "256"], "must exceed --q-len"),
+    (["--dtype", "float8"], "unknown dtype 'float8'"),
+    (["--device", "tpu"], "unknown device 'tpu'"),
+    (["--mask", "sliding"], "unknown mask 'sliding'"),
+    (["--batch", "zero"], "is not a valid integer"),
+    (["--python", "/no/such/python"], "no such executable"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), CASES, ids=[c[1][:30] for c in CASES])
+def test_bad_input_exits_2_with_one_line(cli, args, message):
+    run = cli("check-compile", *args, "--vary", "0")
+    assert run.code == 2, run.stdout + run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert message in lines[0]
+    assert "Traceback" not in run.stderr
+
+
+def test_cuda_where_there_is_none(cli):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    run = cli("check-compile", "--device", "cuda")
+    assert run.code == 2
+    assert run.stderr.strip() == "dflashdoctor: --device cuda was asked for, but torch sees no CUDA device here"

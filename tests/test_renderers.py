@@ -1,0 +1,89 @@
+"""Renderers: HTML escapes everything, JUnit parses, JSON round-trips through the model."""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree as ET
+
+from dflashdoctor.codes import finding
+from dflashdoctor.render import write_report_dir
+from dflashdoctor.render.html import render_html
+from dflashdoctor.render.junit import render_junit
+from dflashdoctor.render.markdown import render_markdown
+from dflashdoctor.report import Bar, Check, Comparison, ProbeResult, Report, Where
+
+HOSTILE = "<script>alert('x')</script>"
+
+
+def hostile_report() -> Report:
+    dense = finding(
+        "dense-forward",
+        f"dense call from {HOSTILE}",
+        detail=f"q [1, 8, 256, 64] & {HOSTILE}",
+        where=Where(file=f"/tmp/{HOSTILE}.py", line=7, function=HOSTILE, module="m"),
+        evidence={"stack": [f"{HOSTILE}:7 in f"]},
+        fix="compile it",
+    )
+    note = finding("backward-not-checked", "Backward not checked on cpu")
+    result = ProbeResult(
+        probe="check-compile",
+        status="fail",
+        duration_s=1.5,
+        findings=[dense, note],
+        measurements={"fwd_peak_bytes": 17_000_000, "vary": [{"kv_len": 1}], "label": HOSTILE},
+        checks=[
+            Check("forward", "fail", f"dense forward {HOSTILE}", ["dense-forward"]),
+            Check("backward", "skip", "not checked on cpu", ["backward-not-checked"]),
+            Check("numerics", "pass", "relative error 1e-7"),
+        ],
+        comparisons=[Comparison("Backward peak memory", "bytes", [Bar("fused", 7.5e7), Bar(HOSTILE, 1.78e10)])],
+    )
+    report = Report(command="check-compile", argv=["dflashdoctor", HOSTILE], started="2026-11-30T00:00:00+00:00")
+    report.results.append(result)
+    report.environment["target"] = HOSTILE
+    report.settle_verdict()
+    return report
+
+
+def test_html_escapes_every_string_and_draws_charts():
+    page = render_html(hostile_report())
+    assert "<script" not in page
+    assert "&lt;script&gt;" in page
+    assert page.count("<svg") == 1
+    assert "16.6 GiB" in page  # 1.78e10 bytes, on the chart
+    assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
+
+
+def test_junit_parses_with_one_case_per_check():
+    root = ET.fromstring(render_junit(hostile_report()))
+    (suite,) = root.findall("testsuite")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["forward", "backward", "numerics"]
+    assert suite.get("failures") == "1"
+    failure = cases[0].find("failure")
+    assert failure is not None and "dense-forward" in failure.text
+    assert cases[1].find("skipped") is not None
+
+
+def test_json_round_trips_through_the_model():
+    report = hostile_report()
+    assert Report.from_json(report.to_json()) == report
+
+
+def test_markdown_and_report_dir(tmp_path):
+    report = hostile_report()
+    text = render_markdown(report)
+    assert "`dense-forward`" in text and "| forward | FAIL |" in text
+    written = write_report_dir(report, tmp_path / "out")
+    assert sorted(p.name for p in written.iterdir()) == ["junit.xml", "report.html", "report.json", "report.md"]
+    assert Report.from_json((written / "report.json").read_text()) == report
+
+
+def test_verdicts_and_exit_codes():
+    report = hostile_report()
+    assert (report.verdict, report.exit_code()) == ("fail", 1)
+    report.results[0].findings = [finding("probe-crashed", "probe check_compile timed out")]
+    report.settle_verdict()
+    assert (report.verdict, report.exit_code()) == ("error", 3)
+    report.results[0].findings = []
+    report.settle_verdict()
+    assert (report.verdict, report.exit_code()) == ("pass", 0)
