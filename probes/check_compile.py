@@ -34,7 +34,6 @@ from dflashdoctor.shapes import AttentionShape, shape_problem, shape_with
 from dflashdoctor.targets import check_call_convention, describe, resolve
 
 WARM_CALLS = 3
-_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}
 _OOM_ERRORS: tuple[type[BaseException], ...] = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
 
 
@@ -215,7 +214,7 @@ class CheckCompileProbe:
         shape = self.shape
         q, k, v = _inputs(shape, self.device, shape.kv_len, self.backward, seed=1)
         ref_inputs = [t.detach().float().requires_grad_(self.backward) for t in (q, k, v)]
-        result: dict[str, Any] = {"tolerance": _TOLERANCE[shape.dtype], "reference": "target, eager, float32"}
+        result: dict[str, Any] = {"reference": "the target itself, eager (force_eager stance), float32 inputs"}
         out = ref = None
         with self.phase("numerics"):
             out = self.call_target(target, q, k, v, mask)
