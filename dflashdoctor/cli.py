@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
 from dflashdoctor import __version__
@@ -30,6 +29,10 @@ ReportDirOpt = Annotated[
 ]
 PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter to probe with (default: this one).")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Seconds before a probe is killed.")]
+# Typer raises click's exceptions, from a vendored copy of click in newer releases: take the class
+# from typer itself so both layouts are caught.
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's evidence.")]
 
 
@@ -95,10 +98,10 @@ def main() -> None:
     except BadInput as exc:
         print(f"dflashdoctor: {exc}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    except click.ClickException as exc:  # unknown option, missing value, bad number, ...
+    except _CLICK_ERROR as exc:  # unknown option, missing value, bad number, ...
         print(f"dflashdoctor: {exc.format_message()}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    except (click.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         print("dflashdoctor: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:

@@ -15,23 +15,28 @@ Phases, in order, so that the target's first call is a true cold call:
 
 from __future__ import annotations
 
-import statistics
-import sys
 import time
-import traceback
-from contextlib import contextmanager
-from typing import Any
 
-import torch
-from torch.nn.attention.flex_attention import flex_attention
+_STARTED = time.perf_counter()
 
-from dflashdoctor.hooks.dynamo_watch import DynamoWatch
-from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
-from dflashdoctor.hooks.memory import PeakMemory
-from dflashdoctor.probe_support import UsageError, probe_main
-from dflashdoctor.reference.masks import build_block_mask
-from dflashdoctor.shapes import AttentionShape, shape_problem, shape_with
-from dflashdoctor.targets import check_call_convention, describe, resolve
+import statistics  # noqa: E402  (the clock above times the imports)
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+from torch.nn.attention.flex_attention import flex_attention  # noqa: E402
+
+from dflashdoctor.hooks.dynamo_watch import DynamoWatch  # noqa: E402
+from dflashdoctor.hooks.flex_dense import DenseFlexRecorder  # noqa: E402
+from dflashdoctor.hooks.memory import PeakMemory  # noqa: E402
+from dflashdoctor.probe_support import UsageError, probe_main  # noqa: E402
+from dflashdoctor.reference.masks import build_block_mask  # noqa: E402
+from dflashdoctor.shapes import AttentionShape, shape_problem, shape_with  # noqa: E402
+from dflashdoctor.targets import check_call_convention, describe, resolve  # noqa: E402
+
+IMPORT_S = time.perf_counter() - _STARTED
 
 WARM_CALLS = 3
 _OOM_ERRORS: tuple[type[BaseException], ...] = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
@@ -139,6 +144,7 @@ class CheckCompileProbe:
             raise TargetFailed from exc
 
     def run(self) -> dict[str, Any]:
+        setup_started = time.perf_counter()
         target, module, attr = resolve(self.config["target"])
         shape = self.shape
         q, k, v = _inputs(shape, self.device, shape.kv_len, self.backward, seed=0)
@@ -146,6 +152,7 @@ class CheckCompileProbe:
         info = describe(target, module, attr, self.config["target"])
         self.watch = DynamoWatch()
         mask = build_block_mask(self.config["mask"], shape.q_len, shape.kv_len, self.device, shape.block_size)
+        setup_s = time.perf_counter() - setup_started
         vary: list[dict[str, Any]] = []
         numerics: dict[str, Any] = {}
         with self.dense:
@@ -176,6 +183,8 @@ class CheckCompileProbe:
             "graph_breaks": self.watch.graph_breaks,
             "oom": self.oom,
             "target_error": self.target_error,
+            "import_s": round(IMPORT_S, 3),
+            "setup_s": round(setup_s, 3),
         }
 
     def _forward_backward(self, target, q, k, v, mask, name: str) -> None:

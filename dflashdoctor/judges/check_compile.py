@@ -502,6 +502,11 @@ class CheckCompileJudge:
         warm_backward = [
             p["backward_s"] for n, p in self.phases.items() if n.startswith("target:warm") and "backward_s" in p
         ]
+        self.measurements["phase_wall_s"] = {
+            "import": self.obs.get("import_s"),
+            "setup": self.obs.get("setup_s"),
+            **{name: phase.get("wall_s") for name, phase in self.phases.items()},
+        }
         self.measurements.update(
             first_call_s=first.get("forward_s"),
             first_backward_s=self.phases.get("target:first:backward", {}).get("backward_s"),
