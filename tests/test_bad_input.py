@@ -22,7 +22,7 @@ CASES = [
     (["--dtype", "float8"], "unknown dtype 'float8'"),
     (["--device", "tpu"], "unknown device 'tpu'"),
     (["--mask", "sliding"], "unknown mask 'sliding'"),
-    (["--batch", "zero"], "is not a valid integer"),
+    (["--batch", "zero"], "Invalid value for '--batch'"),
     (["--python", "/no/such/python"], "no such executable"),
 ]
 

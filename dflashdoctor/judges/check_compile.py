@@ -499,6 +499,7 @@ class CheckCompileJudge:
         first_compiles = [c for c in self.compiles if c["phase"] == "target:first"]
         compile_s = sum(c.get("entire_frame_compile_time_s") or 0 for c in first_compiles)
         hits = sum(c.get("inductor_fx_local_cache_hit_count") or 0 for c in first_compiles)
+        misses = sum(c.get("inductor_fx_local_cache_miss_count") or 0 for c in first_compiles)
         warm_backward = [
             p["backward_s"] for n, p in self.phases.items() if n.startswith("target:warm") and "backward_s" in p
         ]
@@ -517,7 +518,7 @@ class CheckCompileJudge:
         )
         if first.get("forward_s") is None or first.get("warm_forward_median_s") is None:
             return
-        cache = "warm Inductor cache" if hits else "cold Inductor cache"
+        cache = "warm Inductor cache" if hits else "cold Inductor cache" if misses else "no Inductor graph"
         self.comparisons.append(
             Comparison(
                 title="Forward call time",
