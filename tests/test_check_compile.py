@@ -99,6 +99,14 @@ def test_file_target_with_compiled_wrapper(cli, tmp_path):
     assert run.report["results"][0]["measurements"]["target_kind"] == "compiled-wrapper"
 
 
+def test_probe_runs_under_the_interpreter_given(cli):
+    import sys
+
+    run = cli("check-compile", "--device", "cpu", "--vary", "0", "--python", sys.executable)
+    assert run.code == 0, run.stdout + run.stderr
+    assert run.report["environment"]["python"] == ".".join(map(str, sys.version_info[:3]))
+
+
 def test_json_output_is_the_report_and_nothing_else(cli):
     run = cli("check-compile", "--device", "cpu", "--vary", "0", "--json")
     assert run.code == 0

@@ -70,3 +70,13 @@ def test_retried_call_poisons_the_frame(gpu_cli):
     (skip,) = run.findings("dynamo-skip-fallback")
     assert "ValueError" in skip["evidence"]["exception"]
     assert skip["evidence"]["dense_backward_calls"] >= 1
+
+
+def test_dense_call_out_of_memory_is_a_finding(gpu_cli):
+    # One dense score matrix here is 32 x 2048 x 1M x 4 bytes = 256 GiB: far past any GPU.
+    run = gpu_cli(f"{FAULTS}.raw_call:{ENTRY}", "--kv-len", "1048576", "--mask", "none", "--vary", "1")
+    assert run.code == 1
+    (oom,) = run.findings("oom")
+    assert oom["evidence"]["first"]["phase"] == "target:first"
+    assert oom["evidence"]["first"]["last_dense_events"][-1]["kv_shape"][2] == 1048576
+    assert "dense-forward" in run.codes()

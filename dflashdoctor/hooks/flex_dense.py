@@ -24,6 +24,7 @@ _HOP_MODULE = "torch._higher_order_ops.flex_attention"
 _HOP_NAMES = {"flex_attention": "forward", "flex_attention_backward": "backward"}
 _SCORE_BYTES_PER_ELEMENT = 4  # the dense kernels build scores in float32 whatever the input dtype
 _STACK_DEPTH = 6
+_FIRST_TORCH_WITH_FLEX = (2, 5)
 
 
 @dataclass
@@ -104,6 +105,11 @@ class DenseFlexRecorder:
         return sum(1 for e in self.events if e.kind == kind and e.phase.startswith(phase_prefix))
 
     def _install(self) -> str | None:
+        import torch
+
+        major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+        if (major, minor) < _FIRST_TORCH_WITH_FLEX:
+            return f"torch {torch.__version__} has no flex_attention (it came with 2.5)"
         try:
             from torch._C import DispatchKey
 

@@ -537,19 +537,23 @@ class CheckCompileJudge:
         )
 
     def _oom(self) -> None:
-        for record in self.obs.get("oom") or []:
-            if not _is_target_phase(record["phase"]):
-                self.measurements["dense_baseline_oom"] = record["message"]
-                continue
-            self.findings.append(
-                finding(
-                    "oom",
-                    f"Out of memory in phase {record['phase']}",
-                    detail=record["message"],
-                    evidence=record,
-                    fix="Check the dense-path findings: a dense flex_attention call builds the whole score matrix.",
-                )
+        records = self.obs.get("oom") or []
+        baseline = [r for r in records if not _is_target_phase(r["phase"])]
+        if baseline:
+            self.measurements["dense_baseline_oom"] = baseline[0]["message"]
+        target = [r for r in records if _is_target_phase(r["phase"])]
+        if not target:
+            return
+        first = target[0]
+        self.findings.append(
+            finding(
+                "oom",
+                f"Out of memory in {len(target)} of the target's phases, first in {first['phase']}",
+                detail=first["message"],
+                evidence={"phases": [r["phase"] for r in target], "first": first},
+                fix="Check the dense-path findings: a dense flex_attention call builds the whole score matrix.",
             )
+        )
 
 
 def judge(observations: dict[str, Any], budgets: Budgets) -> ProbeResult:
