@@ -71,6 +71,9 @@ def probe_payload(run: ProbeRun) -> dict[str, Any] | None:
 def probe_error_result(run: ProbeRun, payload: dict[str, Any]) -> ProbeResult:
     """The probe caught its own failure: report it as a crash of that probe, with the traceback."""
     result = crash_result(run)
-    result.findings[0].title = f"probe {run.probe} failed: {payload['probe_error']}"
-    result.findings[0].evidence["traceback"] = payload.get("traceback", "")
+    crash = result.findings[0]
+    crash.title = f"probe {run.probe} failed: {payload['probe_error']}"
+    crash.detail = "The probe itself raised before it could finish; its traceback is in the evidence."
+    crash.fix = "This is a dflashdoctor bug: report it with the traceback and the argv in the evidence."
+    crash.evidence["traceback"] = payload.get("traceback", "")
     return result
