@@ -242,8 +242,16 @@ class CheckCompileJudge:
             self._check(
                 "backward", "fail", f"dense backward in {n_bwd} of the target's calls", *(cause or ["dense-backward"])
             )
+        elif not self._backward_completed():
+            self._check("backward", "skip", "never completed: the target's forward failed first")
         else:
             self._check("backward", "pass", "fused: no dense backward kernel ran")
+
+    def _backward_completed(self) -> bool:
+        return any(
+            name.endswith(":backward") and _is_target_phase(name) and not phase.get("oom")
+            for name, phase in self.phases.items()
+        )
 
     def _dense_evidence(self) -> dict[str, Any]:
         sample = (self.dense_fwd or self.dense_bwd)[0]
@@ -409,8 +417,11 @@ class CheckCompileJudge:
                     fix="See the dense-path findings for the call that built it.",
                 )
             )
-        codes = ["score-matrix-materialized"] if materialized else []
-        self._check("memory", "fail" if materialized else "pass", "; ".join(parts), *codes)
+        out_of_memory = [r for r in self.obs.get("oom") or [] if _is_target_phase(r["phase"])]
+        if out_of_memory:
+            parts.insert(0, f"out of memory in {len(out_of_memory)} of the target's phases")
+        codes = (["score-matrix-materialized"] if materialized else []) + (["oom"] if out_of_memory else [])
+        self._check("memory", "fail" if codes else "pass", "; ".join(parts), *codes)
 
     def _score_matrix_bytes(self) -> int:
         shape = self.obs["shape"]
