@@ -36,6 +36,11 @@ _CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "Clic
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's evidence.")]
 
 
+def _argv() -> list[str]:
+    """The command line as the user would retype it (`python -m` leaves a path in argv[0])."""
+    return ["dflashdoctor", *sys.argv[1:]]
+
+
 def _show_version(value: bool) -> None:
     if value:
         typer.echo(f"dflashdoctor {__version__}")
@@ -87,7 +92,7 @@ def check_compile_command(
         python=python,
         timeout_s=timeout,
     )
-    report = check_compile(options, sys.argv)
+    report = check_compile(options, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
 
 

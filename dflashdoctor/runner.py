@@ -96,7 +96,7 @@ def _env() -> dict[str, str]:
 
 
 def run_probe(probe: str, config: dict[str, Any], *, python: str, timeout_s: float) -> ProbeRun:
-    script = probes_dir() / f"{probe}.py"
+    script = probes_dir() / f"{probe.replace('-', '_')}.py"  # probe "check-compile" is check_compile.py
     with tempfile.TemporaryDirectory(prefix="dflashdoctor-") as tmp:
         work = Path(tmp)
         config_path, out_path = work / "config.json", work / "result.json"

@@ -34,8 +34,10 @@ class TargetInfo:
     wraps: str | None = None  # for a compiled wrapper: what it compiles
     wraps_flex: bool = False
     compiled_globals: list[str] = field(default_factory=list)  # compiled wrappers it reads
+    backends: dict[str, str] = field(default_factory=dict)  # compiled wrapper name -> backend
     raw_flex_globals: list[str] = field(default_factory=list)  # raw flex_attention names it reads
     rebound: dict[str, Any] | None = None  # a compiled-looking name bound to the raw function
+    assigned: dict[str, Any] | None = None  # where the module binds the attribute, if it does
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,6 +127,32 @@ def _last_assignment_line(module: ModuleType, name: str) -> int | None:
     return max(lines) if lines else None
 
 
+def compile_backend(wrapper: Any) -> str | None:
+    """The backend a torch.compile wrapper compiles with ("inductor", "eager", "aot_eager", ...).
+
+    The wrapper's closure holds dynamo's OptimizeContext, whose callback wraps the backend;
+    `innermost_backend` unwraps it. Private and layout-dependent, so any surprise gives None.
+    """
+    try:
+        from torch._dynamo.convert_frame import innermost_backend
+    except ImportError:
+        return None
+    for cell in getattr(wrapper, "__closure__", None) or ():
+        try:
+            callback = getattr(cell.cell_contents, "callback", None)
+        except ValueError:  # an empty cell
+            continue
+        if callback is None:
+            continue
+        try:
+            backend = innermost_backend(callback)
+        except Exception:
+            return None
+        name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
+        return name if isinstance(name, str) else None
+    return None
+
+
 def _location(obj: Any) -> tuple[str | None, int | None]:
     inner = inspect.unwrap(obj) if callable(obj) else obj
     try:
@@ -145,11 +173,22 @@ def describe(obj: Any, module: ModuleType, attr: str, spec: str) -> TargetInfo:
         file=file,
         line=line,
     )
+    if "." not in attr:
+        line_assigned = _last_assignment_line(module, attr)
+        if line_assigned:
+            info.assigned = {
+                "file": getattr(module, "__file__", None),
+                "line": line_assigned,
+                "module": module.__name__,
+            }
     wrapped = getattr(obj, "_torchdynamo_orig_callable", None)
     if wrapped is not None:
         info.kind = "compiled-wrapper"
         info.wraps = f"{getattr(wrapped, '__module__', '?')}.{getattr(wrapped, '__qualname__', wrapped)}"
         info.wraps_flex = wrapped is raw_flex
+        backend = compile_backend(obj)
+        if backend:
+            info.backends[attr] = backend
         return info
     if obj is raw_flex:
         info.kind = "raw-flex"
@@ -166,6 +205,9 @@ def describe(obj: Any, module: ModuleType, attr: str, spec: str) -> TargetInfo:
         value = getattr(home, name, None)
         if getattr(value, "_torchdynamo_orig_callable", None) is not None:
             info.compiled_globals.append(name)
+            backend = compile_backend(value)
+            if backend:
+                info.backends[name] = backend
         elif value is raw_flex:
             info.raw_flex_globals.append(name)
             if _COMPILED_HINT in name.lower() and info.rebound is None:

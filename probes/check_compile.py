@@ -30,6 +30,7 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 from torch.nn.attention.flex_attention import flex_attention  # noqa: E402
 
+from dflashdoctor import probe_support  # noqa: E402
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch  # noqa: E402
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder  # noqa: E402
 from dflashdoctor.hooks.memory import PeakMemory  # noqa: E402
@@ -98,7 +99,7 @@ class CheckCompileProbe:
         if problem:
             raise UsageError(problem)
         self.backward = self.device != "cpu"  # torch has no flex_attention backward on CPU
-        self.dense = DenseFlexRecorder()
+        self.dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__))
         self.memory = PeakMemory(self.device)
         self.phases: dict[str, dict[str, Any]] = {}
         self.oom: list[dict[str, Any]] = []

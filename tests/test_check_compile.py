@@ -99,6 +99,21 @@ def test_file_target_with_compiled_wrapper(cli, tmp_path):
     assert run.report["results"][0]["measurements"]["target_kind"] == "compiled-wrapper"
 
 
+def test_wrapper_compiled_without_inductor_runs_dense(cli):
+    target = Path(__file__).parent / "targets" / "compiled_wrapper.py"
+    run = cli("check-compile", f"{target}:debug_compiled_flex", "--device", "cpu", "--vary", "0")
+    assert run.code == 1
+    assert run.check("target")["status"] == "fail"
+    (dense,) = run.findings("dense-forward")
+    assert "backend='aot_eager'" in dense["detail"]
+    assert dense["where"] == {
+        "file": str(target),
+        "line": _line_of(target, "debug_compiled_flex ="),
+        "function": None,
+        "module": "dflashdoctor_target_compiled_wrapper",
+    }
+
+
 def test_probe_runs_under_the_interpreter_given(cli):
     import sys
 
@@ -126,7 +141,7 @@ def test_target_that_raises_is_a_finding(cli):
 
 @pytest.mark.parametrize(
     ("attr", "timeout", "expect"),
-    [("killed_by_signal", "600", "signal 9"), ("hangs", "20", "timed out")],
+    [("killed_by_signal", "600", "signal 9"), ("hangs", "45", "timed out")],
 )
 def test_probe_killed_or_hung_is_probe_crashed(cli, attr, timeout, expect):
     target = Path(__file__).parent / "targets" / "bad_inputs.py"

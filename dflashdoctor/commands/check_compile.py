@@ -65,7 +65,8 @@ def check_compile(options: CheckCompileOptions, argv: list[str]) -> Report:
         raise BadInput(str(exc)) from exc
     started = time.monotonic()
     report = new_report("check-compile", argv)
-    run = run_probe("check_compile", probe_config(options), python=python, timeout_s=options.timeout_s)
+    report.environment.update(target=options.target, requested_device=options.device)
+    run = run_probe("check-compile", probe_config(options), python=python, timeout_s=options.timeout_s)
     payload = probe_payload(run)
     if payload is None:
         report.results.append(crash_result(run))
@@ -82,6 +83,5 @@ def check_compile(options: CheckCompileOptions, argv: list[str]) -> Report:
             torch=payload["torch"],
             device=payload["device"],
             device_name=payload["device_name"],
-            target=options.target,
         )
     return finish(report, started)

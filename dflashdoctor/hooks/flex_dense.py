@@ -87,12 +87,18 @@ class DenseFlexRecorder:
     installed on this torch; the caller turns that into an info finding.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, skip_files: tuple[str, ...] = ()) -> None:
+        """`skip_files`: harness files (a probe) that should never be named as the call site."""
         self.events: list[DenseEvent] = []
         self.phase = ""
         self.unavailable: str | None = None
         self._saved: list[tuple[Any, Any, Callable[..., Any]]] = []
-        self._skip = (os.path.abspath(__file__), _torch_dir(), os.path.abspath(threading.__file__))
+        self._skip = (
+            os.path.abspath(__file__),
+            _torch_dir(),
+            os.path.abspath(threading.__file__),
+            *(os.path.abspath(f) for f in skip_files),
+        )
 
     def __enter__(self) -> DenseFlexRecorder:
         self.unavailable = self._install()

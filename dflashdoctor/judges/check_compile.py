@@ -26,6 +26,7 @@ _PLAIN_GLOBAL = re.compile(r"G\['(\w+)'\]")
 _WARM_FORWARD = re.compile(r"^target:warm\d+$")
 _WARM_BACKWARD = re.compile(r"^target:warm\d+:backward$")
 _SCORE_MATRIX_FRACTION = 0.5
+_DENSE_BACKENDS = ("eager", "aot_eager", "aot_eager_decomp_partition")  # no Inductor: flex runs dense
 # Relative error of the output against a float32 eager reference, by input dtype. Gradients sum
 # over the whole sequence, so they get twice the room.
 _OUT_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}
@@ -172,7 +173,12 @@ class CheckCompileJudge:
             )
             self._check("target", "fail", f"`{name}` is the raw flex_attention (not compiled)", "not-compiled")
         elif info["kind"] == "compiled-wrapper":
-            self._check("target", "pass", f"torch.compile wrapper of {info['wraps']}")
+            backend = (info.get("backends") or {}).get(info["spec"].rpartition(":")[2])
+            summary = f"torch.compile wrapper of {info['wraps']}" + (f" (backend {backend})" if backend else "")
+            if backend in _DENSE_BACKENDS:
+                self._check("target", "fail", f"{summary}: no Inductor, flex_attention runs dense", "dense-forward")
+            else:
+                self._check("target", "pass", summary)
         elif info["compiled_globals"]:
             names = ", ".join(f"`{n}`" for n in info["compiled_globals"])
             self._check("target", "pass", f"{info['qualname']} calls the compiled wrapper {names}")
@@ -263,6 +269,24 @@ class CheckCompileJudge:
         }
 
     def _dense_findings(self) -> None:
+        backends = self.obs["target"].get("backends") or {}
+        dense_backends = {name: b for name, b in backends.items() if b in _DENSE_BACKENDS}
+        if dense_backends:
+            names = ", ".join(f"`{n}` (backend={b!r})" for n, b in dense_backends.items())
+            cause = (
+                f"The target is compiled, but {names} compiles without Inductor: that backend runs "
+                "flex_attention's dense kernel just like eager."
+            )
+            fix = "Compile flex_attention with the default backend: `torch.compile(flex_attention)`."
+        else:
+            cause = (
+                "flex_attention only fuses when it runs inside torch.compile with Inductor; "
+                "called outside, it warns once per process and then stays silent."
+            )
+            fix = (
+                "Call a wrapper made once at import, `_compiled = torch.compile(flex_attention)`, "
+                "instead of flex_attention itself (or compile the module that calls it)."
+            )
         for kind, events in (("forward", self.dense_fwd), ("backward", self.dense_bwd)):
             if not events:
                 continue
@@ -274,13 +298,11 @@ class CheckCompileJudge:
                     detail=(
                         f"The dense {kind} kernel ran for q {first['q_shape']} kv {first['kv_shape']} "
                         f"{first['dtype']}, building a float32 score matrix of {_gib(first['score_matrix_bytes'])} "
-                        "per call. flex_attention only fuses when it runs inside torch.compile; "
-                        "called outside, it warns once per process and then stays silent."
+                        f"per call. {cause}"
                     ),
-                    where=_where(first.get("site")),
-                    evidence={**self._dense_evidence(), "stack": first.get("stack", [])},
-                    fix="Call a wrapper made once at import, `_compiled = torch.compile(flex_attention)`, "
-                    "instead of flex_attention itself (or compile the module that calls it).",
+                    where=_where(first.get("site")) or _where(self.obs["target"].get("assigned")),
+                    evidence={**self._dense_evidence(), "stack": first.get("stack", []), "backends": backends},
+                    fix=fix,
                     refs=[_REFS_FLEX],
                 )
             )
