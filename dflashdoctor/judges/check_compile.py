@@ -25,12 +25,12 @@ _IMPORTED_GLOBAL = re.compile(r"G\['__import_(\w+?)'\]\.(\w+)")
 _PLAIN_GLOBAL = re.compile(r"G\['(\w+)'\]")
 _WARM_FORWARD = re.compile(r"^target:warm\d+$")
 _WARM_BACKWARD = re.compile(r"^target:warm\d+:backward$")
-_SCORE_MATRIX_FRACTION = 0.5
+_SCORE_MATRIX_FRACTION = 0.5  # a fused peak this close to one score matrix means it was built
 _DENSE_BACKENDS = ("eager", "aot_eager", "aot_eager_decomp_partition")  # no Inductor: flex runs dense
 # Relative error of the output against a float32 eager reference, by input dtype. Gradients sum
 # over the whole sequence, so they get twice the room.
 _OUT_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}
-_GRAD_TOLERANCE_FACTOR = 2  # a fused peak this close to one score matrix means it was built
+_GRAD_TOLERANCE_FACTOR = 2
 _REFS_FLEX = "https://pytorch.org/blog/flexattention/"
 _REFS_RECOMPILE = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html"
 
@@ -231,6 +231,8 @@ class CheckCompileJudge:
         fwd_codes = cause or ["dense-forward"]
         if n_fwd:
             self._check("forward", "fail", f"dense forward in {n_fwd} of the target's calls", *fwd_codes)
+        elif not any("forward_s" in phase for name, phase in self.phases.items() if _is_target_phase(name)):
+            self._check("forward", "skip", "never completed: the target failed before any forward returned")
         elif not self.obs.get("hook_unavailable"):
             self._check("forward", "pass", "fused: no dense forward kernel ran")
         if not self.obs.get("backward_checked"):
