@@ -10,7 +10,9 @@ import typer
 
 from dflashdoctor import __version__
 from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compile
+from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
 from dflashdoctor.errors import BadInput
+from dflashdoctor.models import preset_names
 from dflashdoctor.output import emit
 from dflashdoctor.reference import DEFAULT_TARGET
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
@@ -93,6 +95,37 @@ def check_compile_command(
         timeout_s=timeout,
     )
     report = check_compile(options, _argv())
+    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+
+
+@app.command("trace-attention")
+def trace_attention_command(
+    model: Annotated[
+        str, typer.Option(help=f"Preset ({preset_names()}), a config.json, or a model folder")
+    ] = "qwen27b",
+    scale: Annotated[str, typer.Option(help="tiny, full, or auto (tiny on CPU, full on CUDA)")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    backward: Annotated[bool, typer.Option("--backward/--no-backward", help="Also run backward.")] = True,
+    steps: Annotated[int, typer.Option(help="Training steps to trace.")] = 1,
+    seq_len: Annotated[int, typer.Option(help="Tokens per step.")] = 256,
+    python: PythonOpt = None,
+    timeout: TimeoutOpt = 900.0,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Where is every attention call of a model, through which implementation, fused or dense?"""
+    options = TraceAttentionOptions(
+        model=model,
+        scale=scale,
+        device=device,
+        backward=backward,
+        steps=steps,
+        seq_len=seq_len,
+        python=python,
+        timeout_s=timeout,
+    )
+    report = trace_attention(options, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ from dflashdoctor import __version__
 from dflashdoctor.codes import finding
 from dflashdoctor.errors import BadInput
 from dflashdoctor.report import ProbeResult, Report
-from dflashdoctor.runner import ProbeRun
+from dflashdoctor.runner import ProbeRun, resolve_python, run_probe
 
 
 def new_report(command: str, argv: list[str]) -> Report:
@@ -77,3 +78,38 @@ def probe_error_result(run: ProbeRun, payload: dict[str, Any]) -> ProbeResult:
     crash.fix = "This is a dflashdoctor bug: report it with the traceback and the argv in the evidence."
     crash.evidence["traceback"] = payload.get("traceback", "")
     return result
+
+
+def probe_python(python: str | None) -> str:
+    """The interpreter to probe with, or BadInput naming the one that is missing."""
+    try:
+        return resolve_python(python)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from exc
+
+
+def probe_into_report(
+    report: Report,
+    probe: str,
+    config: dict[str, Any],
+    *,
+    python: str,
+    timeout_s: float,
+    judge: Callable[[dict[str, Any]], ProbeResult],
+) -> dict[str, Any] | None:
+    """Run one probe and append its judged result (or its crash) to the report.
+
+    Returns the probe's observations when it finished, for the caller's environment fields.
+    """
+    run = run_probe(probe, config, python=python, timeout_s=timeout_s)
+    payload = probe_payload(run)
+    if payload is None:
+        report.results.append(crash_result(run))
+        return None
+    if "probe_error" in payload:
+        report.results.append(probe_error_result(run, payload))
+        return None
+    result = judge(payload)
+    result.duration_s = run.duration_s
+    report.results.append(result)
+    return payload

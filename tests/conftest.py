@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ class CliRun:
         return next(c for r in self.report["results"] for c in r["checks"] if c["name"] == name)
 
 
-def run_cli(tmp_path: Path, *args: str, timeout: float = 600) -> CliRun:
+def run_cli(tmp_path: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> CliRun:
     report_dir = tmp_path / "report"
     proc = subprocess.run(
         [sys.executable, "-m", "dflashdoctor", *args, "--report-dir", str(report_dir)],
@@ -59,13 +60,14 @@ def run_cli(tmp_path: Path, *args: str, timeout: float = 600) -> CliRun:
         text=True,
         timeout=timeout,
         cwd=tmp_path,
+        env={**os.environ, **(env or {})},
     )
     return CliRun(proc.returncode, proc.stdout, proc.stderr, report_dir)
 
 
 @pytest.fixture
 def cli(tmp_path: Path):
-    def invoke(*args: str, timeout: float = 600) -> CliRun:
-        return run_cli(tmp_path, *args, timeout=timeout)
+    def invoke(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> CliRun:
+        return run_cli(tmp_path, *args, timeout=timeout, env=env)
 
     return invoke

@@ -10,8 +10,7 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.check_compile import Budgets, judge
 from dflashdoctor.reference import DEFAULT_TARGET
 from dflashdoctor.report import Report
-from dflashdoctor.runner import resolve_python, run_probe
-from dflashdoctor.session import crash_result, finish, new_report, probe_error_result, probe_payload
+from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
 from dflashdoctor.shapes import DEVICES, DTYPES, MASKS, AttentionShape, shape_problem, shape_with
 
 
@@ -59,25 +58,21 @@ def probe_config(options: CheckCompileOptions) -> dict[str, Any]:
 
 def check_compile(options: CheckCompileOptions, argv: list[str]) -> Report:
     validate(options)
-    try:
-        python = resolve_python(options.python)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from exc
+    python = probe_python(options.python)
     started = time.monotonic()
     report = new_report("check-compile", argv)
     report.environment.update(target=options.target, requested_device=options.device)
-    run = run_probe("check-compile", probe_config(options), python=python, timeout_s=options.timeout_s)
-    payload = probe_payload(run)
-    if payload is None:
-        report.results.append(crash_result(run))
-    elif "probe_error" in payload:
-        report.results.append(probe_error_result(run, payload))
-    else:
-        result = judge(payload, Budgets(max_recompiles=options.max_recompiles))
-        result.duration_s = run.duration_s
-        result.measurements["shape"] = payload["shape"]
-        result.measurements["mask"] = payload["mask"]
-        report.results.append(result)
+    budgets = Budgets(max_recompiles=options.max_recompiles)
+    payload = probe_into_report(
+        report,
+        "check-compile",
+        probe_config(options),
+        python=python,
+        timeout_s=options.timeout_s,
+        judge=lambda observations: judge(observations, budgets),
+    )
+    if payload is not None:
+        report.results[-1].measurements.update(shape=payload["shape"], mask=payload["mask"])
         report.environment.update(
             python=payload["python"],
             torch=payload["torch"],

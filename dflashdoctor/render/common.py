@@ -50,3 +50,15 @@ def format_value(value: Any) -> str:
 def scalar_measurements(measurements: dict[str, Any]) -> dict[str, Any]:
     """The measurements that fit one table cell (lists and dicts go to the JSON)."""
     return {k: v for k, v in measurements.items() if not isinstance(v, dict | list)}
+
+
+SITE_COLUMNS = ("module", "impl", "calls", "verdict", "origin", "where")
+
+
+def site_rows(measurements: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The call-site table of a trace, one tuple of SITE_COLUMNS per site (empty when none)."""
+    rows = []
+    for site in measurements.get("call_sites") or []:
+        where = f"{site.get('file')}:{site.get('line')}" if site.get("file") else ""
+        rows.append((site["module"], site["impl"], str(site["calls"]), site["verdict"], site.get("origin", ""), where))
+    return rows

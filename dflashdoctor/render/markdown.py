@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from dflashdoctor.render.common import CHECK_MARKS, format_value, scalar_measurements, subject, verdict_line
+from dflashdoctor.render.common import (
+    CHECK_MARKS,
+    SITE_COLUMNS,
+    format_value,
+    scalar_measurements,
+    site_rows,
+    subject,
+    verdict_line,
+)
 from dflashdoctor.report import Report
 
 
@@ -19,6 +27,11 @@ def render_markdown(report: Report) -> str:
         if result.checks:
             lines += ["| check | result | summary |", "|---|---|---|"]
             lines += [f"| {_cell(c.name)} | {CHECK_MARKS[c.status]} | {_cell(c.summary)} |" for c in result.checks]
+            lines.append("")
+        rows = site_rows(result.measurements)
+        if rows:
+            lines += ["| " + " | ".join(SITE_COLUMNS) + " |", "|" + "---|" * len(SITE_COLUMNS)]
+            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
             lines.append("")
         for f in result.findings:
             lines += [f"### [{f.severity}] `{f.code}`: {f.title}", ""]

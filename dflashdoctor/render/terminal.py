@@ -6,9 +6,10 @@ import json
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 from rich.text import Text
 
-from dflashdoctor.render.common import subject, verdict_line
+from dflashdoctor.render.common import SITE_COLUMNS, site_rows, subject, verdict_line
 from dflashdoctor.report import Finding, Report
 
 _CHECK_STYLE = {
@@ -47,6 +48,12 @@ def render_terminal(report: Report, console: Console, *, verbose: bool = False, 
             console.print(
                 Text.assemble("  ", (mark, style), " ", (check.name.ljust(width), "bold"), "  ", check.summary)
             )
+        rows = site_rows(result.measurements)
+        if rows:
+            table = Table(*SITE_COLUMNS[:-1], title="call sites", title_justify="left", box=None, padding=(0, 2))
+            for row in rows:
+                table.add_row(*(Text(cell) for cell in row[:-1]))
+            console.print(table)
     console.print()
     console.print(Text(verdict_line(report), style=_VERDICT_STYLE[report.verdict]))
     findings = sorted(report.findings(), key=lambda f: ("error", "warning", "info").index(f.severity))

@@ -1,0 +1,70 @@
+"""`trace-attention`: every attention call site of a model, through which implementation, fused or dense."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from dflashdoctor.errors import BadInput
+from dflashdoctor.judges.trace_attention import judge
+from dflashdoctor.models import SCALES, config_source
+from dflashdoctor.probe_support import UsageError
+from dflashdoctor.report import Report
+from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
+from dflashdoctor.shapes import DEVICES
+
+
+@dataclass
+class TraceAttentionOptions:
+    model: str = "qwen27b"
+    scale: str = "auto"  # tiny on CPU, full on CUDA
+    device: str = "auto"
+    backward: bool = True
+    steps: int = 1
+    seq_len: int = 256
+    python: str | None = None
+    timeout_s: float = 900.0
+
+
+def validate(options: TraceAttentionOptions) -> None:
+    if options.device not in DEVICES:
+        raise BadInput(f"unknown device {options.device!r}; expected one of {', '.join(DEVICES)}")
+    if options.scale not in ("auto", *SCALES):
+        raise BadInput(f"unknown scale {options.scale!r}; expected auto, {', '.join(SCALES)}")
+    if options.steps < 1 or options.seq_len < 1:
+        raise BadInput("--steps and --seq-len must be at least 1")
+    try:
+        config_source(options.model)
+    except UsageError as exc:
+        raise BadInput(str(exc)) from exc
+
+
+def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
+    return {
+        "model": options.model,
+        "scale": options.scale,
+        "device": options.device,
+        "backward": options.backward,
+        "steps": options.steps,
+        "seq_len": options.seq_len,
+    }
+
+
+def trace_attention(options: TraceAttentionOptions, argv: list[str]) -> Report:
+    validate(options)
+    python = probe_python(options.python)
+    started = time.monotonic()
+    report = new_report("trace-attention", argv)
+    report.environment.update(target=f"model {options.model}", requested_device=options.device)
+    payload = probe_into_report(
+        report, "trace-attention", probe_config(options), python=python, timeout_s=options.timeout_s, judge=judge
+    )
+    if payload is not None:
+        report.environment.update(
+            python=payload["python"],
+            torch=payload["torch"],
+            transformers=payload["transformers"],
+            device=payload["device"],
+        )
+    return finish(report, started)

@@ -1,0 +1,101 @@
+"""trace-attention on the CPU: tiny presets built from HF config classes, traced in a child process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SITE_FIELDS = {
+    "file",
+    "line",
+    "function",
+    "module",
+    "origin",
+    "via",
+    "calls",
+    "verdict",
+    "dense_forward",
+    "dense_backward",
+}
+
+
+def test_qwen27b_lists_every_layer_and_says_it_cannot_use_flex(cli):
+    run = cli("trace-attention", "--model", "qwen27b", "--device", "cpu")
+    assert run.code == 0, run.stdout + run.stderr
+    measurements = run.report["results"][0]["measurements"]
+    layers = measurements["layers"]
+    assert len(layers) == 8
+    full = [layer["module"] for layer in layers if layer["kind"] == "full_attention"]
+    assert full == ["model.layers.3.self_attn", "model.layers.7.self_attn"]
+    assert {layer["impl"] for layer in layers if layer["kind"] == "full_attention"} == {"sdpa"}
+    linear = [layer for layer in layers if layer["kind"] == "linear_attention"]
+    assert len(linear) == 6 and {layer["impl"] for layer in linear} == {"torch fallback"}  # no FLA here
+    (unsupported,) = run.findings("flex-unsupported-model")
+    assert "Qwen3_5ForCausalLM" in unsupported["title"]
+    assert all(set(site) >= SITE_FIELDS for site in measurements["call_sites"])
+
+
+def test_flex_capable_model_shows_hf_flex_sites_fused(cli):
+    run = cli("trace-attention", "--model", "qwen3", "--device", "cpu")
+    assert run.code == 0, run.stdout + run.stderr
+    sites = run.report["results"][0]["measurements"]["call_sites"]
+    assert [s["module"] for s in sites] == [f"model.layers.{i}.self_attn" for i in range(4)]
+    for site in sites:
+        assert (site["impl"], site["verdict"], site["origin"]) == ("flex_attention", "fused", "transformers")
+        assert site["file"].endswith("modeling_qwen3.py") and site["function"] == "forward"
+    (hf,) = run.findings("hf-internal-flex-path")
+    assert hf["evidence"]["modules"] == [s["module"] for s in sites]
+    assert "repeat-kv-expansion" not in run.codes()  # 16 query heads: a power of two
+
+
+def test_dynamo_disabled_makes_hf_flex_dense_per_module(cli):
+    run = cli("trace-attention", "--model", "qwen3", "--device", "cpu", env={"TORCHDYNAMO_DISABLE": "1"})
+    assert run.code == 1
+    dense = run.findings("dense-forward")
+    assert [f["where"]["module"] for f in dense] == [f"model.layers.{i}.self_attn" for i in range(4)]
+    assert run.check("flex calls")["status"] == "fail"
+
+
+def test_non_power_of_two_heads_repeat_kv(cli, tmp_path):
+    config = {
+        "model_type": "qwen3",
+        "hidden_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 6,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "intermediate_size": 128,
+        "vocab_size": 512,
+    }
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    run = cli("trace-attention", "--model", str(tmp_path / "model"), "--device", "cpu")
+    assert run.code == 0, run.stdout + run.stderr
+    (repeat,) = run.findings("repeat-kv-expansion")
+    assert "3x" in repeat["title"] and repeat["evidence"]["modules"] == [
+        "model.layers.0.self_attn",
+        "model.layers.1.self_attn",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("gpt5", "unknown model preset 'gpt5'; known presets: qwen27b, qwen27b-dflash, qwen3, llama"),
+        ("missing/config.json", "cannot read model config missing/config.json"),
+    ],
+)
+def test_bad_model_exits_2(cli, model, message):
+    run = cli("trace-attention", "--model", model)
+    assert run.code == 2
+    assert message in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_invalid_config_json_exits_2(cli, tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    run = cli("trace-attention", "--model", str(bad))
+    assert run.code == 2
+    assert "is not valid JSON: line 1" in run.stderr
