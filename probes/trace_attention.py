@@ -37,13 +37,14 @@ def _build(make_config: Callable[[], Any], device: str, dtype: torch.dtype) -> t
     """
     from transformers import AutoModelForCausalLM
 
-    try:
-        model = AutoModelForCausalLM.from_config(make_config(), attn_implementation=_WANTED, dtype=dtype)
-        refusal = None
-    except ValueError as exc:
-        refusal = str(exc).split(". ")[0]
-        model = AutoModelForCausalLM.from_config(make_config(), dtype=dtype)
-    return model.to(device), refusal
+    with torch.device(device):  # initialise on the device: a full-size model is slow to build on the CPU
+        try:
+            model = AutoModelForCausalLM.from_config(make_config(), attn_implementation=_WANTED, dtype=dtype)
+            refusal = None
+        except ValueError as exc:
+            refusal = str(exc).split(". ")[0]
+            model = AutoModelForCausalLM.from_config(make_config(), dtype=dtype)
+    return model, refusal
 
 
 def _layers(model: torch.nn.Module, config: Any, recorder: HFAttentionRecorder) -> list[dict[str, Any]]:
