@@ -100,9 +100,14 @@ def check_compile_command(
 
 @app.command("trace-attention")
 def trace_attention_command(
+    script_args: Annotated[list[str] | None, typer.Argument(help="Arguments for --script, after --")] = None,
     model: Annotated[
-        str, typer.Option(help=f"Preset ({preset_names()}), a config.json, or a model folder")
-    ] = "qwen27b",
+        str | None, typer.Option(help=f"Preset ({preset_names()}), a config.json, or a model folder [qwen27b]")
+    ] = None,
+    script: Annotated[str | None, typer.Option(help="A Python script to run as __main__ and trace")] = None,
+    expect_wrapper: Annotated[
+        str | None, typer.Option(help="module:attr or file.py:attr every flex call should go through")
+    ] = None,
     scale: Annotated[str, typer.Option(help="tiny, full, or auto (tiny on CPU, full on CUDA)")] = "auto",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     backward: Annotated[bool, typer.Option("--backward/--no-backward", help="Also run backward.")] = True,
@@ -117,6 +122,9 @@ def trace_attention_command(
     """Where is every attention call of a model, through which implementation, fused or dense?"""
     options = TraceAttentionOptions(
         model=model,
+        script=script,
+        script_args=script_args or [],
+        expect_wrapper=expect_wrapper,
         scale=scale,
         device=device,
         backward=backward,

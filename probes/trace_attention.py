@@ -8,14 +8,22 @@ and the attention recorder installed, and reports each attention layer and each 
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import os
 import sys
+import traceback
+import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from dflashdoctor import probe_support
+from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.hf_attention import HFAttentionRecorder, kernel_impl
+from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config
 from dflashdoctor.probe_support import UsageError, probe_main
 
@@ -64,8 +72,7 @@ def _layers(model: torch.nn.Module, config: Any, recorder: HFAttentionRecorder) 
     return rows
 
 
-def run(settings: dict[str, Any]) -> dict[str, Any]:
-    device = _device(settings["device"])
+def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
     scale = settings["scale"] if settings["scale"] != "auto" else ("full" if device == "cuda" else "tiny")
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model, refusal = _build(lambda: build_config(settings["model"], scale), device, dtype)
@@ -74,22 +81,18 @@ def run(settings: dict[str, Any]) -> dict[str, Any]:
     # flex_attention has no CPU backward, and refuses even a forward whose inputs require grad.
     backward = settings["backward"] and not (device == "cpu" and impl == _WANTED)
     model.train()
+    namer.add_root(model)
     seq_len = settings["seq_len"]
     generator = torch.Generator().manual_seed(0)
-    dense = DenseFlexRecorder()
-    with dense, HFAttentionRecorder(model, dense) as recorder:
+    with HFAttentionRecorder(model, dense, namer) as recorder:
         for step in range(settings["steps"]):
-            dense.phase = f"step{step}"
+            dense.phase = f"model:step{step}"
             ids = torch.randint(0, config.vocab_size, (1, seq_len), generator=generator).to(device)
             with torch.set_grad_enabled(backward):
                 out = model(input_ids=ids, labels=ids)
                 if backward:
                     out.loss.backward()
     return {
-        "device": device,
-        "torch": torch.__version__,
-        "python": sys.version.split()[0],
-        "transformers": __import__("transformers").__version__,
         "model": settings["model"],
         "scale": scale,
         "model_class": type(model).__name__,
@@ -101,9 +104,86 @@ def run(settings: dict[str, Any]) -> dict[str, Any]:
         "parameters": sum(p.numel() for p in model.parameters()),
         "layers": _layers(model, config, recorder),
         "sites": [site.to_dict() for site in recorder.sites.values()],
-        "dense_events": [e.to_dict() for e in dense.events],
-        "hook_unavailable": dense.unavailable or recorder.unavailable,
+        "hook_unavailable": recorder.unavailable,
     }
+
+
+def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Run the user's script as __main__; its globals, and the exception it ended with, if any.
+
+    The namespace is ours, so the globals (and the wrappers bound in them) survive a script that
+    raises; sys.argv, sys.path and sys.modules["__main__"] are restored afterwards.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            code = compile(handle.read(), path, "exec")
+    except OSError as exc:
+        raise UsageError(f"cannot read script {path}: {exc.strerror}") from exc
+    except SyntaxError as exc:
+        raise UsageError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}") from exc
+    module = types.ModuleType("__main__")
+    module.__file__ = path
+    saved = sys.argv, list(sys.path), sys.modules.get("__main__")
+    sys.argv = [path, *args]
+    sys.path.insert(0, os.path.dirname(path))
+    sys.modules["__main__"] = module
+    error = None
+    try:
+        exec(code, module.__dict__)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            error = {"type": "SystemExit", "message": f"exit status {exc.code}", "traceback": ""}
+    except Exception as exc:
+        error = {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": traceback.format_exc()[-4000:]}
+    finally:
+        sys.argv, sys.path[:] = saved[0], saved[1]
+        if saved[2] is not None:
+            sys.modules["__main__"] = saved[2]
+    return module.__dict__, error
+
+
+def _trace_script(settings: dict[str, Any], dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
+    path = os.path.abspath(settings["script"])
+    with contextlib.suppress(ImportError):  # transformers binds flex_attention at import: the real one
+        importlib.import_module("transformers.integrations.flex_attention")
+    dense.phase = "script"
+    with HFAttentionRecorder(None, dense, namer) as hf, FlexCallRecorder(dense, namer) as flex:
+        namespace, error = _run_script(path, settings.get("script_args", []))
+    flex.name_wrappers({path: namespace})
+    return {
+        "script": path,
+        "script_error": error,
+        "sites": [site.to_dict() for site in hf.sites.values()],
+        "flex_sites": [site.to_dict() for site in flex.sites.values()],
+    }
+
+
+def run(settings: dict[str, Any]) -> dict[str, Any]:
+    device = _device(settings["device"])
+    dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__))
+    namer = ModuleNamer()
+    observations: dict[str, Any] = {
+        "device": device,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "transformers": _transformers_version(),
+        "expect_wrapper": settings.get("expect_wrapper"),
+    }
+    with dense:
+        if settings.get("model"):
+            observations["traced_model"] = _trace_model(settings, device, dense, namer)
+        if settings.get("script"):
+            observations["traced_script"] = _trace_script(settings, dense, namer)
+    observations["dense_events"] = [e.to_dict() for e in dense.events]
+    observations["hook_unavailable"] = dense.unavailable
+    return observations
+
+
+def _transformers_version() -> str | None:
+    try:
+        return importlib.import_module("transformers").__version__
+    except ImportError:
+        return None
 
 
 if __name__ == "__main__":

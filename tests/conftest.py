@@ -55,7 +55,8 @@ class CliRun:
 def run_cli(tmp_path: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> CliRun:
     report_dir = tmp_path / "report"
     proc = subprocess.run(
-        [sys.executable, "-m", "dflashdoctor", *args, "--report-dir", str(report_dir)],
+        # options go before the command's own args, which may end with `-- ARGS` for a traced script
+        [sys.executable, "-m", "dflashdoctor", args[0], "--report-dir", str(report_dir), *args[1:]],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,56 @@ def test_invalid_config_json_exits_2(cli, tmp_path):
     run = cli("trace-attention", "--model", str(bad))
     assert run.code == 2
     assert "is not valid JSON: line 1" in run.stderr
+
+
+SCRIPT = Path(__file__).parent / "targets" / "hf_script.py"
+HF_SITES = ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+
+
+def _sites(run) -> dict[str, dict]:
+    return {s["module"]: s for s in run.report["results"][0]["measurements"]["call_sites"]}
+
+
+def test_script_shows_hf_path_and_own_wrapper_as_separate_sites(cli):
+    run = cli("trace-attention", "--script", str(SCRIPT))
+    assert run.code == 0, run.stdout + run.stderr
+    sites = _sites(run)
+    assert sorted(sites) == sorted([*HF_SITES, "attn"])
+    for name in HF_SITES:
+        assert (sites[name]["origin"], sites[name]["verdict"]) == ("transformers", "fused")
+        assert "HF's compiled singleton" in sites[name]["via"]
+    own = sites["attn"]
+    assert (own["origin"], own["verdict"], own["function"]) == ("user code", "fused", "forward")
+    assert own["file"] == str(SCRIPT)
+    assert own["wrapper_names"] == [f"{SCRIPT}:compiled_flex"]
+    assert "user compiled wrapper" in own["via"]
+
+
+def test_expect_wrapper_names_the_modules_that_bypass_it(cli):
+    run = cli("trace-attention", "--script", str(SCRIPT), "--expect-wrapper", f"{SCRIPT}:compiled_flex")
+    assert run.code == 1
+    (bypass,) = run.findings("bypasses-wrapper")
+    assert sorted(s["module"] for s in bypass["evidence"]["sites"]) == HF_SITES
+    assert run.check("expected wrapper")["summary"].startswith("1 of 3 flex sites")
+
+
+def test_raw_call_in_script_is_dense_at_its_line(cli):
+    run = cli("trace-attention", "--script", str(SCRIPT), "--", "--raw")
+    assert run.code == 1
+    (dense,) = run.findings("dense-forward")
+    assert dense["where"]["module"] == "attn" and dense["where"]["file"] == str(SCRIPT)
+    assert _sites(run)["attn"]["via"] == "raw flex_attention (not compiled)"
+
+
+def test_script_that_raises_keeps_the_sites_seen(cli):
+    run = cli("trace-attention", "--script", str(SCRIPT), "--", "--fail")
+    assert run.code == 1
+    (raised,) = run.findings("target-raised")
+    assert "loss went NaN" in raised["detail"] and "Traceback" in raised["evidence"]["traceback"]
+    assert len(_sites(run)) == 3
+
+
+def test_missing_script_exits_2(cli):
+    run = cli("trace-attention", "--script", "no_such_script.py")
+    assert run.code == 2
+    assert run.stderr.strip() == "dflashdoctor: no such script: no_such_script.py"

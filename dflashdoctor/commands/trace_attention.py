@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dflashdoctor.errors import BadInput
@@ -14,10 +15,15 @@ from dflashdoctor.report import Report
 from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
 from dflashdoctor.shapes import DEVICES
 
+DEFAULT_MODEL = "qwen27b"
+
 
 @dataclass
 class TraceAttentionOptions:
-    model: str = "qwen27b"
+    model: str | None = None  # None: DEFAULT_MODEL unless a script is traced
+    script: str | None = None
+    script_args: list[str] = field(default_factory=list)
+    expect_wrapper: str | None = None
     scale: str = "auto"  # tiny on CPU, full on CUDA
     device: str = "auto"
     backward: bool = True
@@ -34,10 +40,17 @@ def validate(options: TraceAttentionOptions) -> None:
         raise BadInput(f"unknown scale {options.scale!r}; expected auto, {', '.join(SCALES)}")
     if options.steps < 1 or options.seq_len < 1:
         raise BadInput("--steps and --seq-len must be at least 1")
-    try:
-        config_source(options.model)
-    except UsageError as exc:
-        raise BadInput(str(exc)) from exc
+    if options.model is None and options.script is None:
+        options.model = DEFAULT_MODEL
+    if options.script is not None and not os.path.isfile(options.script):
+        raise BadInput(f"no such script: {options.script}")
+    if options.expect_wrapper is not None and ":" not in options.expect_wrapper:
+        raise BadInput(f"--expect-wrapper {options.expect_wrapper!r} is not of the form module:attr or file.py:attr")
+    if options.model is not None:
+        try:
+            config_source(options.model)
+        except UsageError as exc:
+            raise BadInput(str(exc)) from exc
 
 
 def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
@@ -48,6 +61,9 @@ def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
         "backward": options.backward,
         "steps": options.steps,
         "seq_len": options.seq_len,
+        "script": options.script,
+        "script_args": options.script_args,
+        "expect_wrapper": options.expect_wrapper,
     }
 
 
@@ -56,7 +72,9 @@ def trace_attention(options: TraceAttentionOptions, argv: list[str]) -> Report:
     python = probe_python(options.python)
     started = time.monotonic()
     report = new_report("trace-attention", argv)
-    report.environment.update(target=f"model {options.model}", requested_device=options.device)
+    traced = [f"model {options.model}"] if options.model else []
+    traced += [f"script {options.script}"] if options.script else []
+    report.environment.update(target=" + ".join(traced), requested_device=options.device)
     payload = probe_into_report(
         report, "trace-attention", probe_config(options), python=python, timeout_s=options.timeout_s, judge=judge
     )

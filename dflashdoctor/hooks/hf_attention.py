@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
+from dflashdoctor.hooks.module_names import ModuleNamer
 
 _ATTENTION_MODULE = re.compile(r"(Attention|DeltaNet|Mamba|LinearAttn)$")
 
@@ -78,12 +79,13 @@ def kernel_impl(module: torch.nn.Module) -> str | None:
 
 
 class HFAttentionRecorder:
-    def __init__(self, model: torch.nn.Module, dense: DenseFlexRecorder | None = None) -> None:
+    def __init__(self, model: torch.nn.Module | None, dense: DenseFlexRecorder, namer: ModuleNamer) -> None:
+        """`model` None: record interface calls only (a user script, whose models we do not know)."""
         self.model = model
         self.dense = dense
+        self.namer = namer
         self.sites: dict[tuple[str, str], SiteRecord] = {}
         self.unavailable: str | None = None
-        self._names = {id(m): name for name, m in model.named_modules()}
         self._saved: dict[str, Callable[..., Any]] = {}
         self._hooks: list[Any] = []
         self._interface: Any = None
@@ -103,7 +105,7 @@ class HFAttentionRecorder:
                     mapping[key] = self._wrap(key, fn)
             else:
                 self.unavailable = "AttentionInterface has no _global_mapping on this transformers"
-        for module in self.model.modules():
+        for module in self.model.modules() if self.model is not None else ():
             if _is_attention_module(module):
                 self._hooks.append(module.register_forward_hook(self._module_called))
         return self
@@ -116,7 +118,7 @@ class HFAttentionRecorder:
         self._hooks.clear()
 
     def _site(self, module: torch.nn.Module, impl: str) -> SiteRecord:
-        name = self._names.get(id(module), type(module).__name__)
+        name = self.namer.name(module, sys._getframe(2))
         key = (name, impl)
         if key not in self.sites:
             self.sites[key] = SiteRecord(module=name, module_class=type(module).__name__, impl=impl)
@@ -126,7 +128,7 @@ class HFAttentionRecorder:
         def recording_attention(module, query, key, value, attention_mask, *args, **kwargs):
             if torch.compiler.is_compiling():
                 return fn(module, query, key, value, attention_mask, *args, **kwargs)
-            before = len(self.dense.events) if self.dense else 0
+            before = len(self.dense.events)
             result = fn(module, query, key, value, attention_mask, *args, **kwargs)
             self._via_interface.add(id(module))
             site = self._site(module, impl)
@@ -138,8 +140,7 @@ class HFAttentionRecorder:
             site.dtype = str(query.dtype).replace("torch.", "")
             site.mask = type(attention_mask).__name__
             site.training = bool(module.training)
-            if self.dense:
-                site.dense_forward += sum(e.kind == "forward" for e in self.dense.events[before:])
+            site.dense_forward += sum(e.kind == "forward" for e in self.dense.events[before:])
             return result
 
         recording_attention.__wrapped__ = fn  # type: ignore[attr-defined]

@@ -66,28 +66,63 @@ def call_site(site: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def user_site(site: dict[str, Any]) -> dict[str, Any]:
+    """The report row of a flex_attention call made through the user's own reference."""
+    compiled = site["via"] == "compiled wrapper"
+    names = ", ".join(f"`{n}`" for n in site["wrapper_names"]) or "an unnamed wrapper"
+    if compiled:
+        via = f"user compiled wrapper {names} (torch.compile at {site['compiled_at']}, backend {site['backend']})"
+        verdict = "dense despite compile" if site["dense_forward"] else "fused"
+    else:
+        via = "raw flex_attention (not compiled)"
+        verdict = "dense" if site["dense_forward"] else "fused"
+    return {
+        "file": site["file"],
+        "line": site["line"],
+        "function": site["function"],
+        "module": site["module"],
+        "origin": _origin(site["file"]),
+        "via": via,
+        "impl": _FLEX,
+        "calls": site["calls"],
+        "verdict": verdict,
+        "dense_forward": site["dense_forward"],
+        "dense_backward": 0,
+        "training": site["training"],
+        "q_shape": site["q_shape"],
+        "kv_shape": site["kv_shape"],
+        "dtype": site["dtype"],
+        "mask": site["mask"],
+        "wrapper_names": site["wrapper_names"],
+    }
+
+
+def _site_where(site: dict[str, Any]) -> Where:
+    return Where(file=site["file"], line=site["line"], function=site["function"], module=site["module"])
+
+
 class TraceAttentionJudge:
     def __init__(self, obs: dict[str, Any]) -> None:
         self.obs = obs
-        self.sites = [call_site(s) for s in obs["sites"]]
+        self.model = obs.get("traced_model")
+        self.script = obs.get("traced_script")
+        hf_sites = [s for part in (self.model, self.script) if part for s in part["sites"]]
+        self.sites = [call_site(s) for s in hf_sites]
+        self.sites += [user_site(s) for s in (self.script or {}).get("flex_sites", [])]
         self.findings: list[Finding] = []
         self.checks: list[Check] = []
+        self.measurements: dict[str, Any] = {}
 
     def judge(self) -> ProbeResult:
-        self._model()
-        self._layers()
+        self._instrumentation()
+        if self.model:
+            self._model()
+            self._layers()
+        if self.script:
+            self._script()
         self._flex_sites()
-        self.measurements = {
-            "model": self.obs["model"],
-            "model_class": self.obs["model_class"],
-            "scale": self.obs["scale"],
-            "parameters": self.obs["parameters"],
-            "attn_implementation": self.obs["attn_implementation"],
-            "seq_len": self.obs["seq_len"],
-            "backward": self.obs["backward"],
-            "layers": self.obs["layers"],
-            "call_sites": self.sites,
-        }
+        self._bypasses()
+        self.measurements["call_sites"] = self.sites
         status = "fail" if any(f.severity == "error" for f in self.findings) else "pass"
         return ProbeResult(
             probe="trace-attention",
@@ -100,83 +135,114 @@ class TraceAttentionJudge:
     def _check(self, name: str, status: str, summary: str, *codes: str) -> None:
         self.checks.append(Check(name=name, status=status, summary=summary, codes=list(codes)))
 
-    def _model(self) -> None:
-        obs = self.obs
-        self._check(
-            "model",
-            "info",
-            f"{obs['model_class']} ({obs['model_type']}, {obs['parameters'] / 1e6:.3g}M parameters, "
-            f"{obs['scale']} scale, attention {obs['attn_implementation']})",
-        )
-        if obs.get("hook_unavailable"):
+    def _instrumentation(self) -> None:
+        reasons = [r for r in (self.obs.get("hook_unavailable"), (self.model or {}).get("hook_unavailable")) if r]
+        for reason in reasons:
             self.findings.append(
                 finding(
                     "instrumentation-unavailable",
                     "Part of the tracing could not be installed on this torch/transformers",
-                    detail=obs["hook_unavailable"],
-                    fix="Report the versions to dflashdoctor; the layers seen by module hooks are still listed.",
+                    detail=reason,
+                    fix="Report the versions to dflashdoctor; the sites seen by the other recorders are still listed.",
                 )
             )
 
+    def _model(self) -> None:
+        model = self.model
+        self.measurements.update(
+            {
+                key: model[key]
+                for key in ("model", "model_class", "scale", "parameters", "attn_implementation", "seq_len", "backward")
+            }
+        )
+        self._check(
+            "model",
+            "info",
+            f"{model['model_class']} ({model['model_type']}, {model['parameters'] / 1e6:.3g}M parameters, "
+            f"{model['scale']} scale, attention {model['attn_implementation']})",
+        )
+
     def _layers(self) -> None:
-        layers = self.obs["layers"]
+        layers = self.model["layers"]
+        self.measurements["layers"] = layers
         tally = Counter((layer["kind"], layer["impl"]) for layer in layers)
         summary = ", ".join(f"{n} {kind} via {impl}" for (kind, impl), n in tally.items())
         self._check("layers", "info", f"{len(layers)} attention layers: {summary}")
-        refused = self.obs.get("flex_refused")
+        refused = self.model.get("flex_refused")
         if not refused:
             return
+        model_class = self.model["model_class"]
         self.findings.append(
             finding(
                 "flex-unsupported-model",
-                f"{self.obs['model_class']} cannot use flex_attention",
+                f"{model_class} cannot use flex_attention",
                 detail=(
                     f"transformers refuses attn_implementation='flex_attention' for this class ({refused}). "
                     f"Its layers run instead: {summary}. Any flex_attention in this pipeline lives "
                     "elsewhere: in the drafter and in your own code."
                 ),
                 evidence={"refusal": refused, "layers": layers},
-                fix="Trace the drafter and your training script rather than this model; check your "
-                "flex_attention entry with `dflashdoctor check-compile`.",
+                fix="Trace the drafter and your training script rather than this model (`--script`); check "
+                "your flex_attention entry with `dflashdoctor check-compile`.",
             )
         )
-        self._check(
-            "flex support", "info", f"{self.obs['model_class']} refuses flex_attention", "flex-unsupported-model"
+        self._check("flex support", "info", f"{model_class} refuses flex_attention", "flex-unsupported-model")
+
+    def _script(self) -> None:
+        script = self.script
+        self.measurements["script"] = script["script"]
+        error = script.get("script_error")
+        if not error:
+            self._check("script", "pass", f"{script['script']} ran to the end")
+            return
+        first_line = (error["message"].strip().splitlines() or [""])[0]
+        self.findings.append(
+            finding(
+                "target-raised",
+                f"The script raised {error['type']}; the sites seen before it are kept",
+                detail=f"{error['type']}: {first_line}",
+                where=Where(file=script["script"]),
+                evidence=error,
+                fix="Run the script by hand to see the failure; the call sites listed were recorded before it.",
+            )
         )
+        self._check("script", "fail", f"{script['script']} raised {error['type']}", "target-raised")
 
     def _flex_sites(self) -> None:
         flex = [s for s in self.sites if s["impl"] == _FLEX]
         if not flex:
             return
-        dense = [s for s in flex if s["dense_forward"]]
-        self.findings.append(
-            finding(
-                "hf-internal-flex-path",
-                f"{len(flex)} layers call flex_attention through transformers' own integration",
-                detail="These calls go through transformers.integrations.flex_attention, which compiles "
-                "flex_attention itself, not through a wrapper of yours: "
-                + ", ".join(s["module"] for s in flex[:8])
-                + (" ..." if len(flex) > 8 else ""),
-                where=Where(
-                    file=flex[0]["file"], line=flex[0]["line"], function=flex[0]["function"], module=flex[0]["module"]
-                ),
-                evidence={"modules": [s["module"] for s in flex]},
-                fix=_HF_FLEX_FIX,
+        hf = [s for s in flex if "transformers attention interface" in s["via"]]
+        if hf:
+            self.findings.append(
+                finding(
+                    "hf-internal-flex-path",
+                    f"{len(hf)} layers call flex_attention through transformers' own integration",
+                    detail="These calls go through transformers.integrations.flex_attention, which compiles "
+                    "flex_attention itself, not through a wrapper of yours: "
+                    + ", ".join(s["module"] for s in hf[:8])
+                    + (" ..." if len(hf) > 8 else ""),
+                    where=_site_where(hf[0]),
+                    evidence={"modules": [s["module"] for s in hf]},
+                    fix=_HF_FLEX_FIX,
+                )
             )
-        )
+        dense = [s for s in flex if s["dense_forward"]]
         for site in dense:
             self.findings.append(
                 finding(
                     "dense-forward",
-                    f"{site['module']}: flex_attention forward ran the dense kernel ({site['dense_forward']} calls)",
-                    detail="The call went through transformers' flex path but executed flex_attention's dense "
-                    "kernel, which builds the whole score matrix.",
-                    where=Where(file=site["file"], line=site["line"], function=site["function"], module=site["module"]),
+                    f"{site['module'] or site['function']}: flex_attention forward ran the dense kernel "
+                    f"({site['dense_forward']} of {site['calls']} calls)",
+                    detail=f"Called through {site['via']}; the call executed flex_attention's dense kernel, "
+                    "which builds the whole score matrix. Verdict: " + site["verdict"] + ".",
+                    where=_site_where(site),
                     evidence=site,
-                    fix="Run `dflashdoctor check-compile` on the wrapper; look for recompile-limit or skipped frames.",
+                    fix="Call flex_attention through a wrapper compiled once with the default backend; "
+                    "`dflashdoctor check-compile` on that wrapper names recompile-limit and skipped-frame causes.",
                 )
             )
-        self._repeat_kv(flex)
+        self._repeat_kv(hf)
         calls = sum(s["calls"] for s in flex)
         self._check(
             "flex calls",
@@ -184,6 +250,38 @@ class TraceAttentionJudge:
             f"{len(flex)} sites, {calls} calls: {len(dense)} sites dense, {len(flex) - len(dense)} fused",
             "dense-forward",
             "hf-internal-flex-path",
+        )
+
+    def _bypasses(self) -> None:
+        expected = self.obs.get("expect_wrapper")
+        if not expected:
+            return
+        module_part, _, attr = expected.rpartition(":")
+        if module_part.endswith(".py"):
+            module_part = os.path.abspath(module_part)
+        wanted = f"{module_part}:{attr}"
+        flex = [s for s in self.sites if s["impl"] == _FLEX]
+        through = [s for s in flex if wanted in s.get("wrapper_names", [])]
+        bypass = [s for s in flex if s not in through]
+        if bypass:
+            self.findings.append(
+                finding(
+                    "bypasses-wrapper",
+                    f"{len(bypass)} flex_attention call sites do not go through `{expected}`",
+                    detail="These calls reach flex_attention some other way: "
+                    + "; ".join(f"{s['module'] or s['function']} via {s['via']}" for s in bypass[:8])
+                    + (" ..." if len(bypass) > 8 else ""),
+                    where=_site_where(bypass[0]),
+                    evidence={"expected": wanted, "sites": bypass},
+                    fix=f"Route these calls through `{expected}`; for a transformers model, register it: "
+                    "`AttentionInterface.register('flex_attention', ...)` with a function that calls it.",
+                )
+            )
+        self._check(
+            "expected wrapper",
+            "fail" if bypass else "pass",
+            f"{len(through)} of {len(flex)} flex sites go through {expected}",
+            "bypasses-wrapper",
         )
 
     def _repeat_kv(self, flex: list[dict[str, Any]]) -> None:

@@ -1,0 +1,159 @@
+"""Records flex_attention calls made through the user's own references, fused or not.
+
+A fused call leaves no trace at run time: Inductor's kernel replaces the whole op. So the call is
+seen at its boundary instead. While active, this recorder
+- puts a recording stand-in at `torch.nn.attention.flex_attention.flex_attention`, so code that
+  imports flex_attention afterwards and calls it directly is recorded as a raw call, and
+- wraps `torch.compile`: compiling flex_attention (or the stand-in) returns the real compiled
+  wrapper inside a recording one, remembered with the line that compiled it.
+Recording happens outside any compiled region: inside one (`torch.compiler.is_compiling()`) the
+stand-in forwards to the real function at once, so dynamo traces no bookkeeping and adds no graph
+break. Code that bound flex_attention before the recorder started (transformers binds it at import)
+keeps the real function; the attention-interface recorder covers that path. Both attributes are
+restored on exit.
+
+Probed side: standard library and torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
+from dflashdoctor.hooks.module_names import ModuleNamer
+
+_FLEX_MODULE = "torch.nn.attention.flex_attention"
+
+
+def _in_transformers(file: str) -> bool:
+    parts = os.path.normpath(file).split(os.sep)
+    return "transformers" in parts and "site-packages" in parts
+
+
+@dataclass
+class FlexSite:
+    """All calls from one line through one reference (a compiled wrapper or the raw function)."""
+
+    file: str
+    line: int
+    function: str
+    module: str | None
+    via: str  # "compiled wrapper" or "raw flex_attention"
+    wrapper_id: int | None = None  # id of the recording wrapper, to find the names it is bound to
+    wrapper_names: list[str] = field(default_factory=list)  # "module:attr" bindings, filled at the end
+    compiled_at: str | None = None  # file:line of the torch.compile call
+    backend: str | None = None
+    calls: int = 0
+    dense_forward: int = 0
+    training: bool | None = None
+    q_shape: list[int] = field(default_factory=list)
+    kv_shape: list[int] = field(default_factory=list)
+    dtype: str = ""
+    mask: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("wrapper_id")
+        return data
+
+
+class FlexCallRecorder:
+    def __init__(self, dense: DenseFlexRecorder, namer: ModuleNamer) -> None:
+        self.dense = dense
+        self.namer = namer
+        self.sites: dict[tuple[str, int, int], FlexSite] = {}
+        self._wrappers: dict[int, Callable[..., Any]] = {}
+        self._saved: tuple[Any, Callable[..., Any], Callable[..., Any]] | None = None
+
+    def __enter__(self) -> FlexCallRecorder:
+        module = sys.modules.get(_FLEX_MODULE) or __import__(_FLEX_MODULE, fromlist=["flex_attention"])
+        raw, real_compile = module.flex_attention, torch.compile
+        self._saved = (module, raw, real_compile)
+        self._raw = raw
+        self._real_compile = real_compile
+        self._stand_in = self._recording(raw, via="raw flex_attention")
+        module.flex_attention = self._stand_in
+        torch.compile = self._compile  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is not None:
+            module, raw, real_compile = self._saved
+            module.flex_attention = raw
+            torch.compile = real_compile  # type: ignore[assignment]
+            self._saved = None
+
+    def _compile(self, model: Any = None, **kwargs: Any) -> Any:
+        if model is None:  # decorator form: torch.compile(backend=...)(fn)
+            return lambda fn: self._compile(fn, **kwargs)
+        target = self._raw if model is self._stand_in else model
+        compiled = self._real_compile(target, **kwargs)
+        caller = sys._getframe(1)
+        if target is not self._raw or _in_transformers(caller.f_code.co_filename):
+            return compiled  # transformers' own compiled flex is seen by the attention-interface recorder
+        backend = kwargs.get("backend", "inductor")
+        return self._recording(
+            compiled,
+            via="compiled wrapper",
+            compiled_at=f"{caller.f_code.co_filename}:{caller.f_lineno}",
+            backend=backend if isinstance(backend, str) else type(backend).__name__,
+        )
+
+    def _recording(self, fn: Callable[..., Any], via: str, **about: Any) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def recording_flex(query, key, value, *args, **kwargs):
+            if torch.compiler.is_compiling():
+                return fn(query, key, value, *args, **kwargs)
+            caller = sys._getframe(1)
+            before = len(self.dense.events)
+            out = fn(query, key, value, *args, **kwargs)
+            site_key = (caller.f_code.co_filename, caller.f_lineno, id(recording_flex))
+            site = self.sites.get(site_key)
+            if site is None:
+                site = self.sites[site_key] = FlexSite(
+                    file=caller.f_code.co_filename,
+                    line=caller.f_lineno,
+                    function=caller.f_code.co_name,
+                    module=self.namer.calling_module(caller),
+                    via=via,
+                    wrapper_id=id(recording_flex),
+                    **about,
+                )
+            site.calls += 1
+            site.dense_forward += sum(e.kind == "forward" for e in self.dense.events[before:])
+            site.training = bool(query.requires_grad)
+            site.q_shape, site.kv_shape = list(query.shape), list(key.shape)
+            site.dtype = str(query.dtype).replace("torch.", "")
+            mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)
+            site.mask = type(mask).__name__ if mask is not None else "none"
+            return out
+
+        self._wrappers[id(recording_flex)] = recording_flex
+        return recording_flex
+
+    def name_wrappers(self, namespaces: dict[str, dict[str, Any]]) -> None:
+        """Find the module-level names each recording wrapper is bound to, as `label:attr`.
+
+        `namespaces` maps a label to a module's globals: loaded modules are searched as well, but
+        a script run as __main__ is gone from sys.modules once it returns, so the caller passes
+        its globals in.
+        """
+        spaces = dict(namespaces)
+        for module_name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None) or ""
+            if "site-packages" not in file.split(os.sep) and hasattr(module, "__dict__"):
+                spaces.setdefault(module_name, vars(module))
+        bindings: dict[int, list[str]] = {}
+        for label, space in spaces.items():
+            for attr, value in list(space.items()):
+                if self._wrappers.get(id(value)) is value:
+                    bindings.setdefault(id(value), []).append(f"{label}:{attr}")
+        for site in self.sites.values():
+            site.wrapper_names = bindings.get(site.wrapper_id or -1, [])

@@ -1,0 +1,55 @@
+"""Dotted module names (`model.layers.3.self_attn`) for code that only holds the module object.
+
+A call made from inside `Module.forward` has the module as `self` in the calling frames; the
+outermost such `self` is the root model, and `root.named_modules()` names the innermost one.
+Walking frames happens once per new module; names are cached per root.
+"""
+
+from __future__ import annotations
+
+from types import FrameType
+
+import torch
+
+_MAX_FRAMES = 200
+
+
+class ModuleNamer:
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}
+        self._named_roots: set[int] = set()
+
+    def add_root(self, root: torch.nn.Module) -> None:
+        """Name a model's modules up front (its hooks fire where no caller frame holds the root)."""
+        self._name_root(root)
+
+    def _name_root(self, root: torch.nn.Module) -> None:
+        if id(root) in self._named_roots:
+            return
+        self._named_roots.add(id(root))
+        for name, module in root.named_modules():
+            self._names.setdefault(id(module), name or type(root).__name__)
+
+    def name(self, module: torch.nn.Module, frame: FrameType | None) -> str:
+        """The module's dotted name under its outermost calling module, else its class name."""
+        if id(module) not in self._names:
+            outermost = None
+            for _ in range(_MAX_FRAMES):
+                if frame is None:
+                    break
+                candidate = frame.f_locals.get("self")
+                if isinstance(candidate, torch.nn.Module):
+                    outermost = candidate
+                frame = frame.f_back
+            if outermost is not None:
+                self._name_root(outermost)
+        return self._names.get(id(module), type(module).__name__)
+
+    def calling_module(self, frame: FrameType | None) -> str | None:
+        """The name of the innermost module whose forward is on the stack above `frame`."""
+        while frame is not None:
+            candidate = frame.f_locals.get("self")
+            if isinstance(candidate, torch.nn.Module):
+                return self.name(candidate, frame)
+            frame = frame.f_back
+        return None
