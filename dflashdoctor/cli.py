@@ -108,6 +108,10 @@ def trace_attention_command(
     expect_wrapper: Annotated[
         str | None, typer.Option(help="module:attr or file.py:attr every flex call should go through")
     ] = None,
+    drafter: Annotated[bool, typer.Option(help="Also trace a reference DFlash drafter step")] = False,
+    drafter_fault: Annotated[
+        str | None, typer.Option(help="Plant a fault in the drafter: hf-flex-path or eager-wrapper")
+    ] = None,
     scale: Annotated[str, typer.Option(help="tiny, full, or auto (tiny on CPU, full on CUDA)")] = "auto",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     backward: Annotated[bool, typer.Option("--backward/--no-backward", help="Also run backward.")] = True,
@@ -125,6 +129,8 @@ def trace_attention_command(
         script=script,
         script_args=script_args or [],
         expect_wrapper=expect_wrapper,
+        drafter=drafter,
+        drafter_fault=drafter_fault,
         scale=scale,
         device=device,
         backward=backward,

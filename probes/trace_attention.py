@@ -26,6 +26,7 @@ from dflashdoctor.hooks.hf_attention import HFAttentionRecorder, kernel_impl
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config
 from dflashdoctor.probe_support import UsageError, probe_main
+from dflashdoctor.reference.drafter_step import drafter_step
 
 _WANTED = "flex_attention"
 
@@ -108,6 +109,10 @@ def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder
     }
 
 
+def _error_record(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": traceback.format_exc()[-4000:]}
+
+
 def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Run the user's script as __main__; its globals, and the exception it ended with, if any.
 
@@ -134,7 +139,7 @@ def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], dict[str, A
         if exc.code not in (0, None):
             error = {"type": "SystemExit", "message": f"exit status {exc.code}", "traceback": ""}
     except Exception as exc:
-        error = {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": traceback.format_exc()[-4000:]}
+        error = _error_record(exc)
     finally:
         sys.argv, sys.path[:] = saved[0], saved[1]
         if saved[2] is not None:
@@ -152,7 +157,33 @@ def _trace_script(settings: dict[str, Any], dense: DenseFlexRecorder, namer: Mod
     flex.name_wrappers({path: namespace})
     return {
         "script": path,
-        "script_error": error,
+        "error": error,
+        "sites": [site.to_dict() for site in hf.sites.values()],
+        "flex_sites": [site.to_dict() for site in flex.sites.values()],
+    }
+
+
+def _trace_drafter(
+    settings: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer
+) -> dict[str, Any]:
+    """One reference DFlash drafter step, with its fault switch, shaped like the qwen27b-dflash preset."""
+    scale = settings["scale"] if settings["scale"] != "auto" else ("full" if device == "cuda" else "tiny")
+    config = build_config("qwen27b-dflash", scale)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    backward = settings["backward"] and device != "cpu"  # flex_attention has no CPU backward
+    dense.phase = "drafter"
+    error = None
+    with HFAttentionRecorder(None, dense, namer) as hf, FlexCallRecorder(dense, namer) as flex:
+        try:
+            drafter_step(config, device, dtype, settings.get("drafter_fault"), backward)
+        except Exception as exc:  # kept as a finding with the sites seen so far
+            error = _error_record(exc)
+    flex.name_wrappers({})
+    return {
+        "error": error,
+        "fault": settings.get("drafter_fault"),
+        "scale": scale,
+        "backward": backward,
         "sites": [site.to_dict() for site in hf.sites.values()],
         "flex_sites": [site.to_dict() for site in flex.sites.values()],
     }
@@ -172,6 +203,8 @@ def run(settings: dict[str, Any]) -> dict[str, Any]:
     with dense:
         if settings.get("model"):
             observations["traced_model"] = _trace_model(settings, device, dense, namer)
+        if settings.get("drafter"):
+            observations["traced_drafter"] = _trace_drafter(settings, device, dense, namer)
         if settings.get("script"):
             observations["traced_script"] = _trace_script(settings, dense, namer)
     observations["dense_events"] = [e.to_dict() for e in dense.events]

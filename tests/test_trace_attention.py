@@ -153,3 +153,54 @@ def test_missing_script_exits_2(cli):
     run = cli("trace-attention", "--script", "no_such_script.py")
     assert run.code == 2
     assert run.stderr.strip() == "dflashdoctor: no such script: no_such_script.py"
+
+
+DRAFTER_SITES = [f"layers.{i}.self_attn" for i in range(5)]
+DRAFTER_WRAPPER = "dflashdoctor.reference.drafter:_compiled_flex_attention"
+
+
+def _drafter_sites(run) -> list[dict]:
+    return [s for s in run.report["results"][0]["measurements"]["call_sites"] if s["module"] in DRAFTER_SITES]
+
+
+def test_drafter_step_runs_every_flex_call_through_the_user_wrapper(cli):
+    run = cli("trace-attention", "--model", "qwen27b", "--drafter", "--expect-wrapper", DRAFTER_WRAPPER)
+    assert run.code == 0, run.stdout + run.stderr
+    sites = _drafter_sites(run)
+    assert [s["module"] for s in sites] == DRAFTER_SITES
+    for site in sites:
+        assert site["verdict"] == "fused"
+        assert DRAFTER_WRAPPER in site["wrapper_names"]
+    assert run.check("expected wrapper")["status"] == "pass"
+    assert "flex-unsupported-model" in run.codes()  # the target still cannot use flex
+
+
+def test_drafter_on_hf_flex_path_bypasses_the_wrapper(cli):
+    run = cli(
+        "trace-attention",
+        "--model",
+        "qwen27b",
+        "--drafter",
+        "--drafter-fault",
+        "hf-flex-path",
+        "--expect-wrapper",
+        DRAFTER_WRAPPER,
+    )
+    assert run.code == 1
+    (bypass,) = run.findings("bypasses-wrapper")
+    assert [s["module"] for s in bypass["evidence"]["sites"]] == DRAFTER_SITES
+    assert all("HF's compiled singleton" in s["via"] for s in bypass["evidence"]["sites"])
+
+
+def test_drafter_eager_wrapper_is_dense_despite_compile(cli):
+    run = cli("trace-attention", "--model", "qwen27b", "--drafter", "--drafter-fault", "eager-wrapper")
+    assert run.code == 1
+    dense = run.findings("dense-forward")
+    assert [f["where"]["module"] for f in dense] == DRAFTER_SITES
+    assert all(s["verdict"] == "dense despite compile" and "backend eager" in s["via"] for s in _drafter_sites(run))
+
+
+def test_drafter_fault_needs_drafter(cli):
+    run = cli("trace-attention", "--drafter-fault", "eager-wrapper")
+    assert run.code == 2
+    assert run.stderr.strip() == "dflashdoctor: --drafter-fault needs --drafter"

@@ -11,6 +11,7 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.trace_attention import judge
 from dflashdoctor.models import SCALES, config_source
 from dflashdoctor.probe_support import UsageError
+from dflashdoctor.reference import DRAFTER_FAULTS
 from dflashdoctor.report import Report
 from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
 from dflashdoctor.shapes import DEVICES
@@ -24,6 +25,8 @@ class TraceAttentionOptions:
     script: str | None = None
     script_args: list[str] = field(default_factory=list)
     expect_wrapper: str | None = None
+    drafter: bool = False
+    drafter_fault: str | None = None
     scale: str = "auto"  # tiny on CPU, full on CUDA
     device: str = "auto"
     backward: bool = True
@@ -42,6 +45,10 @@ def validate(options: TraceAttentionOptions) -> None:
         raise BadInput("--steps and --seq-len must be at least 1")
     if options.model is None and options.script is None:
         options.model = DEFAULT_MODEL
+    if options.drafter_fault is not None and options.drafter_fault not in DRAFTER_FAULTS:
+        raise BadInput(f"unknown drafter fault {options.drafter_fault!r}; expected one of {', '.join(DRAFTER_FAULTS)}")
+    if options.drafter_fault is not None and not options.drafter:
+        raise BadInput("--drafter-fault needs --drafter")
     if options.script is not None and not os.path.isfile(options.script):
         raise BadInput(f"no such script: {options.script}")
     if options.expect_wrapper is not None and ":" not in options.expect_wrapper:
@@ -64,6 +71,8 @@ def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
         "script": options.script,
         "script_args": options.script_args,
         "expect_wrapper": options.expect_wrapper,
+        "drafter": options.drafter,
+        "drafter_fault": options.drafter_fault,
     }
 
 
@@ -73,6 +82,7 @@ def trace_attention(options: TraceAttentionOptions, argv: list[str]) -> Report:
     started = time.monotonic()
     report = new_report("trace-attention", argv)
     traced = [f"model {options.model}"] if options.model else []
+    traced += ["reference drafter" + (f" ({options.drafter_fault})" if options.drafter_fault else "")] * options.drafter
     traced += [f"script {options.script}"] if options.script else []
     report.environment.update(target=" + ".join(traced), requested_device=options.device)
     payload = probe_into_report(

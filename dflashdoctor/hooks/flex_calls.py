@@ -68,7 +68,7 @@ class FlexCallRecorder:
     def __init__(self, dense: DenseFlexRecorder, namer: ModuleNamer) -> None:
         self.dense = dense
         self.namer = namer
-        self.sites: dict[tuple[str, int, int], FlexSite] = {}
+        self.sites: dict[tuple[str, int, int, str | None], FlexSite] = {}
         self._wrappers: dict[int, Callable[..., Any]] = {}
         self._saved: tuple[Any, Callable[..., Any], Callable[..., Any]] | None = None
 
@@ -114,14 +114,15 @@ class FlexCallRecorder:
             caller = sys._getframe(1)
             before = len(self.dense.events)
             out = fn(query, key, value, *args, **kwargs)
-            site_key = (caller.f_code.co_filename, caller.f_lineno, id(recording_flex))
+            module = self.namer.calling_module(caller)  # one line serves many layers: key by module too
+            site_key = (caller.f_code.co_filename, caller.f_lineno, id(recording_flex), module)
             site = self.sites.get(site_key)
             if site is None:
                 site = self.sites[site_key] = FlexSite(
                     file=caller.f_code.co_filename,
                     line=caller.f_lineno,
                     function=caller.f_code.co_name,
-                    module=self.namer.calling_module(caller),
+                    module=module,
                     via=via,
                     wrapper_id=id(recording_flex),
                     **about,
@@ -147,8 +148,7 @@ class FlexCallRecorder:
         """
         spaces = dict(namespaces)
         for module_name, module in list(sys.modules.items()):
-            file = getattr(module, "__file__", None) or ""
-            if "site-packages" not in file.split(os.sep) and hasattr(module, "__dict__"):
+            if hasattr(module, "__dict__"):
                 spaces.setdefault(module_name, vars(module))
         bindings: dict[int, list[str]] = {}
         for label, space in spaces.items():

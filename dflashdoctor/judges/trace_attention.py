@@ -45,7 +45,8 @@ def call_site(site: dict[str, Any]) -> dict[str, Any]:
         via = "transformers attention interface: flex_attention (HF's compiled singleton)"
     else:
         via = f"transformers attention interface: {site['impl']}"
-    verdict = ("dense" if site["dense_forward"] else "fused") if flex else f"not flex ({site['impl']})"
+    shown = site["module_class"] if site["impl"] == "module-forward" else site["impl"]
+    verdict = ("dense" if site["dense_forward"] else "fused") if flex else f"not flex ({shown})"
     return {
         "file": site.get("file"),
         "line": site.get("line"),
@@ -106,9 +107,10 @@ class TraceAttentionJudge:
         self.obs = obs
         self.model = obs.get("traced_model")
         self.script = obs.get("traced_script")
-        hf_sites = [s for part in (self.model, self.script) if part for s in part["sites"]]
-        self.sites = [call_site(s) for s in hf_sites]
-        self.sites += [user_site(s) for s in (self.script or {}).get("flex_sites", [])]
+        self.drafter = obs.get("traced_drafter")
+        parts = [p for p in (self.model, self.drafter, self.script) if p]
+        self.sites = [call_site(s) for part in parts for s in part["sites"]]
+        self.sites += [user_site(s) for part in parts for s in part.get("flex_sites", [])]
         self.findings: list[Finding] = []
         self.checks: list[Check] = []
         self.measurements: dict[str, Any] = {}
@@ -118,6 +120,8 @@ class TraceAttentionJudge:
         if self.model:
             self._model()
             self._layers()
+        if self.drafter:
+            self._drafter()
         if self.script:
             self._script()
         self._flex_sites()
@@ -188,25 +192,38 @@ class TraceAttentionJudge:
         )
         self._check("flex support", "info", f"{model_class} refuses flex_attention", "flex-unsupported-model")
 
+    def _drafter(self) -> None:
+        drafter = self.drafter
+        fault = drafter["fault"] or "none"
+        self.measurements["drafter"] = {k: drafter[k] for k in ("fault", "scale", "backward")}
+        steps = "forward and backward" if drafter["backward"] else "forward only (no flex backward on CPU)"
+        what = f"reference DFlash drafter step, {drafter['scale']} scale, {steps}, fault {fault}"
+        if drafter.get("error"):
+            self._raised("drafter", "the reference drafter step", drafter["error"], None)
+        else:
+            self._check("drafter", "info", what)
+
     def _script(self) -> None:
         script = self.script
         self.measurements["script"] = script["script"]
-        error = script.get("script_error")
-        if not error:
+        if script.get("error"):
+            self._raised("script", script["script"], script["error"], Where(file=script["script"]))
+        else:
             self._check("script", "pass", f"{script['script']} ran to the end")
-            return
+
+    def _raised(self, check: str, what: str, error: dict[str, Any], where: Where | None) -> None:
         first_line = (error["message"].strip().splitlines() or [""])[0]
         self.findings.append(
             finding(
                 "target-raised",
-                f"The script raised {error['type']}; the sites seen before it are kept",
+                f"{what} raised {error['type']}; the sites seen before it are kept",
                 detail=f"{error['type']}: {first_line}",
-                where=Where(file=script["script"]),
+                where=where,
                 evidence=error,
-                fix="Run the script by hand to see the failure; the call sites listed were recorded before it.",
+                fix="Run it by hand to see the failure; the call sites listed were recorded before it.",
             )
         )
-        self._check("script", "fail", f"{script['script']} raised {error['type']}", "target-raised")
+        self._check(check, "fail", f"{what} raised {error['type']}", "target-raised")
 
     def _flex_sites(self) -> None:
         flex = [s for s in self.sites if s["impl"] == _FLEX]

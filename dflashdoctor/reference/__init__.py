@@ -6,3 +6,6 @@ every probe can be shown catching it and shown silent on the healthy entry.
 """
 
 DEFAULT_TARGET = "dflashdoctor.reference.drafter:flex_attention_forward"
+
+# Fault switches of the reference drafter step (reference/drafter_step.py says what each plants).
+DRAFTER_FAULTS = ("hf-flex-path", "eager-wrapper")

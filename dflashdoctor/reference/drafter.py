@@ -37,6 +37,7 @@ class DFlashDrafterAttention(nn.Module):
         self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
         self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.attention = flex_attention_forward  # the reference's fault switches replace it
 
     def forward(self, draft: torch.Tensor, context: torch.Tensor, block_mask: BlockMask | None) -> torch.Tensor:
         """`draft` [B, Lq, hidden] attends to `context ++ draft` [B, Lkv, hidden]."""
@@ -45,7 +46,7 @@ class DFlashDrafterAttention(nn.Module):
         query = self.q_proj(draft).view(batch, q_len, self.heads, self.head_dim).transpose(1, 2)
         key = self.k_proj(kv_input).view(batch, -1, self.kv_heads, self.head_dim).transpose(1, 2)
         value = self.v_proj(kv_input).view(batch, -1, self.kv_heads, self.head_dim).transpose(1, 2)
-        out = flex_attention_forward(query, key, value, block_mask=block_mask, enable_gqa=True)
+        out = self.attention(query, key, value, block_mask=block_mask, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(batch, q_len, -1))
 
 
