@@ -51,3 +51,15 @@ def test_describe_names_compiled_globals_and_rebinding():
     assert bad.rebound["name"] == "_compiled_flex_attention"
     assert bad.rebound["file"] == rebound.__file__
     assert raw_call.flex_attention is rebound._compiled_flex_attention
+
+
+def test_mask_sparsity_counts_skipped_tiles():
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from dflashdoctor.hooks.mask_info import mask_sparsity_pct
+
+    causal = create_block_mask(lambda b, h, q, kv: kv <= q, None, None, 1024, 1024, device="cpu")
+    assert mask_sparsity_pct(causal) == causal.sparsity() == 43.75
+    short = masks.build_block_mask("dflash", 64, 256, "cpu")  # shorter than one 128-row tile
+    assert mask_sparsity_pct(short) == 0.0  # torch's own sparsity() goes negative here
+    assert mask_sparsity_pct(None) is None

@@ -45,6 +45,7 @@ def test_flex_capable_model_shows_hf_flex_sites_fused(cli):
     for site in sites:
         assert (site["impl"], site["verdict"], site["origin"]) == ("flex_attention", "fused", "transformers")
         assert site["file"].endswith("modeling_qwen3.py") and site["function"] == "forward"
+        assert site["mask"] == "BlockMask" and site["mask_sparsity_pct"] is not None
     (hf,) = run.findings("hf-internal-flex-path")
     assert hf["evidence"]["modules"] == [s["module"] for s in sites]
     assert "repeat-kv-expansion" not in run.codes()  # 16 query heads: a power of two
@@ -171,6 +172,7 @@ def test_drafter_step_runs_every_flex_call_through_the_user_wrapper(cli):
     for site in sites:
         assert site["verdict"] == "fused"
         assert DRAFTER_WRAPPER in site["wrapper_names"]
+        assert site["mask"] == "BlockMask" and 0 <= site["mask_sparsity_pct"] <= 100
     assert run.check("expected wrapper")["status"] == "pass"
     assert "flex-unsupported-model" in run.codes()  # the target still cannot use flex
 

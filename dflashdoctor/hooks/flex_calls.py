@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
+from dflashdoctor.hooks.mask_info import mask_kind, mask_sparsity_pct
 from dflashdoctor.hooks.module_names import ModuleNamer
 
 _FLEX_MODULE = "torch.nn.attention.flex_attention"
@@ -57,6 +58,7 @@ class FlexSite:
     kv_shape: list[int] = field(default_factory=list)
     dtype: str = ""
     mask: str = ""
+    mask_sparsity_pct: float | None = None  # share of blocks a BlockMask skips
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -133,7 +135,8 @@ class FlexCallRecorder:
             site.q_shape, site.kv_shape = list(query.shape), list(key.shape)
             site.dtype = str(query.dtype).replace("torch.", "")
             mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)
-            site.mask = type(mask).__name__ if mask is not None else "none"
+            if site.calls == 1:  # the mask of the first call stands for the site
+                site.mask, site.mask_sparsity_pct = mask_kind(mask), mask_sparsity_pct(mask)
             return out
 
         self._wrappers[id(recording_flex)] = recording_flex

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
+from dflashdoctor.hooks.mask_info import mask_kind, mask_sparsity_pct
 from dflashdoctor.hooks.module_names import ModuleNamer
 
 _ATTENTION_MODULE = re.compile(r"(Attention|DeltaNet|Mamba|LinearAttn)$")
@@ -42,6 +43,7 @@ class SiteRecord:
     kv_shape: list[int] = field(default_factory=list)
     dtype: str = ""
     mask: str = ""
+    mask_sparsity_pct: float | None = None  # share of blocks a BlockMask skips
     dense_forward: int = 0
     file: str | None = None  # the line that called the attention function (the module's forward)
     line: int | None = None
@@ -138,7 +140,8 @@ class HFAttentionRecorder:
             site.calls += 1
             site.q_shape, site.kv_shape = list(query.shape), list(key.shape)
             site.dtype = str(query.dtype).replace("torch.", "")
-            site.mask = type(attention_mask).__name__
+            if site.calls == 1:  # the mask of the first call stands for the site
+                site.mask, site.mask_sparsity_pct = mask_kind(attention_mask), mask_sparsity_pct(attention_mask)
             site.training = bool(module.training)
             site.dense_forward += sum(e.kind == "forward" for e in self.dense.events[before:])
             return result

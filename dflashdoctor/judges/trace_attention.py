@@ -64,6 +64,7 @@ def call_site(site: dict[str, Any]) -> dict[str, Any]:
         "kv_shape": site["kv_shape"],
         "dtype": site["dtype"],
         "mask": site["mask"],
+        "mask_sparsity_pct": site.get("mask_sparsity_pct"),
     }
 
 
@@ -94,6 +95,7 @@ def user_site(site: dict[str, Any]) -> dict[str, Any]:
         "kv_shape": site["kv_shape"],
         "dtype": site["dtype"],
         "mask": site["mask"],
+        "mask_sparsity_pct": site.get("mask_sparsity_pct"),
         "wrapper_names": site["wrapper_names"],
     }
 
