@@ -56,7 +56,7 @@ def test_describe_names_compiled_globals_and_rebinding():
 def test_mask_sparsity_counts_skipped_tiles():
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from dflashdoctor.hooks.mask_info import mask_sparsity_pct
+    from dflashdoctor.hooks.call_stats import mask_sparsity_pct
 
     causal = create_block_mask(lambda b, h, q, kv: kv <= q, None, None, 1024, 1024, device="cpu")
     assert mask_sparsity_pct(causal) == causal.sparsity() == 43.75

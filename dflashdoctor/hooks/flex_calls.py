@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
+from dflashdoctor.hooks.call_stats import CallStats
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
-from dflashdoctor.hooks.mask_info import mask_kind, mask_sparsity_pct
 from dflashdoctor.hooks.module_names import ModuleNamer
 
 _FLEX_MODULE = "torch.nn.attention.flex_attention"
@@ -38,9 +38,9 @@ def _in_transformers(file: str) -> bool:
     return "transformers" in parts and "site-packages" in parts
 
 
-@dataclass
-class FlexSite:
-    """All calls from one line through one reference (a compiled wrapper or the raw function)."""
+@dataclass(kw_only=True)
+class FlexSite(CallStats):
+    """All calls from one line and module through one reference (a compiled wrapper or the raw function)."""
 
     file: str
     line: int
@@ -51,14 +51,6 @@ class FlexSite:
     wrapper_names: list[str] = field(default_factory=list)  # "module:attr" bindings, filled at the end
     compiled_at: str | None = None  # file:line of the torch.compile call
     backend: str | None = None
-    calls: int = 0
-    dense_forward: int = 0
-    training: bool | None = None
-    q_shape: list[int] = field(default_factory=list)
-    kv_shape: list[int] = field(default_factory=list)
-    dtype: str = ""
-    mask: str = ""
-    mask_sparsity_pct: float | None = None  # share of blocks a BlockMask skips
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -129,14 +121,9 @@ class FlexCallRecorder:
                     wrapper_id=id(recording_flex),
                     **about,
                 )
-            site.calls += 1
-            site.dense_forward += sum(e.kind == "forward" for e in self.dense.events[before:])
-            site.training = bool(query.requires_grad)
-            site.q_shape, site.kv_shape = list(query.shape), list(key.shape)
-            site.dtype = str(query.dtype).replace("torch.", "")
-            mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)
-            if site.calls == 1:  # the mask of the first call stands for the site
-                site.mask, site.mask_sparsity_pct = mask_kind(mask), mask_sparsity_pct(mask)
+            mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
+            dense = sum(e.kind == "forward" for e in self.dense.events[before:])
+            site.observe(query, key, mask, training=bool(query.requires_grad), dense_forward=dense)
             return out
 
         self._wrappers[id(recording_flex)] = recording_flex

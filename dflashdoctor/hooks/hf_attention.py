@@ -18,33 +18,25 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
+from dflashdoctor.hooks.call_stats import CallStats
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
-from dflashdoctor.hooks.mask_info import mask_kind, mask_sparsity_pct
 from dflashdoctor.hooks.module_names import ModuleNamer
 
 _ATTENTION_MODULE = re.compile(r"(Attention|DeltaNet|Mamba|LinearAttn)$")
 
 
-@dataclass
-class SiteRecord:
+@dataclass(kw_only=True)
+class SiteRecord(CallStats):
     """All calls of one module through one implementation."""
 
     module: str
     module_class: str
     impl: str
-    calls: int = 0
-    training: bool = False
-    q_shape: list[int] = field(default_factory=list)
-    kv_shape: list[int] = field(default_factory=list)
-    dtype: str = ""
-    mask: str = ""
-    mask_sparsity_pct: float | None = None  # share of blocks a BlockMask skips
-    dense_forward: int = 0
     file: str | None = None  # the line that called the attention function (the module's forward)
     line: int | None = None
     function: str | None = None
@@ -137,13 +129,8 @@ class HFAttentionRecorder:
             if site.file is None:
                 caller = sys._getframe(1)
                 site.file, site.line, site.function = caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name
-            site.calls += 1
-            site.q_shape, site.kv_shape = list(query.shape), list(key.shape)
-            site.dtype = str(query.dtype).replace("torch.", "")
-            if site.calls == 1:  # the mask of the first call stands for the site
-                site.mask, site.mask_sparsity_pct = mask_kind(attention_mask), mask_sparsity_pct(attention_mask)
-            site.training = bool(module.training)
-            site.dense_forward += sum(e.kind == "forward" for e in self.dense.events[before:])
+            dense = sum(e.kind == "forward" for e in self.dense.events[before:])
+            site.observe(query, key, attention_mask, training=bool(module.training), dense_forward=dense)
             return result
 
         recording_attention.__wrapped__ = fn  # type: ignore[attr-defined]
