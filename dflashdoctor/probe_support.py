@@ -25,6 +25,17 @@ class UsageError(Exception):
     """Bad input found on the probed side (no such module, impossible shape, no CUDA, ...)."""
 
 
+def resolve_device(requested: str) -> str:
+    """`auto` becomes cuda where torch sees a GPU; cuda where it sees none is bad input."""
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for, but torch sees no CUDA device here")
+    return requested
+
+
 def write_json_atomically(path: str, payload: dict[str, Any]) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as handle:

@@ -34,7 +34,7 @@ from dflashdoctor import probe_support  # noqa: E402
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch  # noqa: E402
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder  # noqa: E402
 from dflashdoctor.hooks.memory import PeakMemory  # noqa: E402
-from dflashdoctor.probe_support import UsageError, probe_main  # noqa: E402
+from dflashdoctor.probe_support import UsageError, probe_main, resolve_device  # noqa: E402
 from dflashdoctor.reference.masks import build_block_mask  # noqa: E402
 from dflashdoctor.shapes import AttentionShape, shape_problem, shape_with  # noqa: E402
 from dflashdoctor.targets import check_call_convention, describe, resolve  # noqa: E402
@@ -47,14 +47,6 @@ _OOM_ERRORS: tuple[type[BaseException], ...] = (getattr(torch, "OutOfMemoryError
 
 class TargetFailed(Exception):
     """The target raised on a valid call; the remaining target phases cannot run."""
-
-
-def _resolve_device(requested: str) -> str:
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for, but torch sees no CUDA device here")
-    return requested
 
 
 def _sync(device: str) -> None:
@@ -93,7 +85,7 @@ def _error_site(exc: BaseException) -> dict[str, Any] | None:
 class CheckCompileProbe:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
-        self.device = _resolve_device(config["device"])
+        self.device = resolve_device(config["device"])
         self.shape = shape_with(self.device, config.get("shape", {}))
         problem = shape_problem(self.shape, config["mask"])
         if problem:

@@ -25,18 +25,10 @@ from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.hf_attention import HFAttentionRecorder, kernel_impl
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config
-from dflashdoctor.probe_support import UsageError, probe_main
+from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
 from dflashdoctor.reference.drafter_step import drafter_step
 
 _WANTED = "flex_attention"
-
-
-def _device(requested: str) -> str:
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for, but torch sees no CUDA device here")
-    return requested
 
 
 def _build(make_config: Callable[[], Any], device: str, dtype: torch.dtype) -> tuple[torch.nn.Module, str | None]:
@@ -190,7 +182,7 @@ def _trace_drafter(
 
 
 def run(settings: dict[str, Any]) -> dict[str, Any]:
-    device = _device(settings["device"])
+    device = resolve_device(settings["device"])
     dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__))
     namer = ModuleNamer()
     observations: dict[str, Any] = {
