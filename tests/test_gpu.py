@@ -80,3 +80,24 @@ def test_dense_call_out_of_memory_is_a_finding(gpu_cli):
     assert oom["evidence"]["first"]["phase"] == "target:first"
     assert oom["evidence"]["first"]["last_dense_events"][-1]["kv_shape"][2] == 1048576
     assert "dense-forward" in run.codes()
+
+
+def _trace(tmp_path, *args: str):
+    return run_cli(tmp_path, "trace-attention", "--device", "cuda", "--scale", "tiny", *args)
+
+
+def test_trace_drafter_step_is_fused_forward_and_backward(tmp_path):
+    run = _trace(tmp_path, "--model", "qwen27b", "--drafter")
+    assert run.code == 0, run.stdout + run.stderr
+    assert run.report["results"][0]["measurements"]["drafter"]["backward"] is True
+    sites = [s for s in run.report["results"][0]["measurements"]["call_sites"] if s["module"].startswith("layers.")]
+    assert len(sites) == 5 and all(s["verdict"] == "fused" for s in sites)
+    assert "dense-backward" not in run.codes()
+
+
+def test_trace_drafter_eager_wrapper_is_dense_forward_and_backward(tmp_path):
+    run = _trace(tmp_path, "--model", "qwen27b", "--drafter", "--drafter-fault", "eager-wrapper")
+    assert run.code == 1
+    assert len(run.findings("dense-forward")) == 5
+    (backward,) = run.findings("dense-backward")
+    assert backward["evidence"]["dense_backward_calls"] == 5

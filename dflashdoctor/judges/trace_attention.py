@@ -104,6 +104,7 @@ class TraceAttentionJudge:
         if self.script:
             self._script()
         self._flex_sites()
+        self._dense_backward()
         self._bypasses()
         self.measurements["call_sites"] = self.sites
         status = "fail" if any(f.severity == "error" for f in self.findings) else "pass"
@@ -203,6 +204,31 @@ class TraceAttentionJudge:
             )
         )
         self._check(check, "fail", f"{what} raised {error['type']}", "target-raised")
+
+    def _dense_backward(self) -> None:
+        """Dense backward kernels, counted from the dense-path hook.
+
+        They are not attributed to a forward site yet (issue 3), so they form one finding that names
+        the phase and the first frame outside torch (on CUDA the autograd thread often has none).
+        """
+        events = [e for e in self.obs.get("dense_events", []) if e["kind"] == "backward"]
+        if not events:
+            return
+        first = events[0]
+        self.findings.append(
+            finding(
+                "dense-backward",
+                f"flex_attention backward ran the dense kernel {len(events)} times",
+                detail=(
+                    f"First in {first['phase']} for q {first['q_shape']} kv {first['kv_shape']} {first['dtype']}, "
+                    f"building a float32 score matrix of {first['score_matrix_bytes'] / 2**20:.1f} MiB per call. "
+                    "The forward sites marked dense above are the likely source."
+                ),
+                where=Where(**first["site"]) if first.get("site") else None,
+                evidence={"dense_backward_calls": len(events), "phases": sorted({e["phase"] for e in events})},
+                fix="Fix the dense forward sites; a fused forward under torch.compile also fuses its backward.",
+            )
+        )
 
     def _flex_sites(self) -> None:
         flex = [s for s in self.sites if s["impl"] == _FLEX]
