@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from dflashdoctor import probe_support
+from dflashdoctor.hooks.dynamo_watch import DynamoWatch
 from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.hf_attention import HFAttentionRecorder, kernel_impl
@@ -192,6 +193,7 @@ def run(settings: dict[str, Any]) -> dict[str, Any]:
         "transformers": _transformers_version(),
         "expect_wrapper": settings.get("expect_wrapper"),
     }
+    watch = DynamoWatch()  # graph breaks in the traced run: the recorders must add none
     with dense:
         if settings.get("model"):
             observations["traced_model"] = _trace_model(settings, device, dense, namer)
@@ -199,6 +201,8 @@ def run(settings: dict[str, Any]) -> dict[str, Any]:
             observations["traced_drafter"] = _trace_drafter(settings, device, dense, namer)
         if settings.get("script"):
             observations["traced_script"] = _trace_script(settings, dense, namer)
+    watch.collect("traced")
+    observations["graph_breaks"] = watch.graph_breaks
     observations["dense_events"] = [e.to_dict() for e in dense.events]
     observations["hook_unavailable"] = dense.unavailable
     return observations

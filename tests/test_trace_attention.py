@@ -206,3 +206,12 @@ def test_drafter_fault_needs_drafter(cli):
     run = cli("trace-attention", "--drafter-fault", "eager-wrapper")
     assert run.code == 2
     assert run.stderr.strip() == "dflashdoctor: --drafter-fault needs --drafter"
+
+
+def test_tracing_adds_no_graph_break_inside_a_compiled_module(cli):
+    script = Path(__file__).parent / "targets" / "compiled_block_script.py"
+    run = cli("trace-attention", "--script", str(script))
+    assert run.code == 0, run.stdout + run.stderr
+    assert run.report["results"][0]["measurements"]["graph_breaks"] == {}
+    assert run.check("graph breaks")["status"] == "pass"
+    assert run.findings("dense-forward") == []  # the call inside the compiled module stayed fused

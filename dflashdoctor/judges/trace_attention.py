@@ -105,6 +105,7 @@ class TraceAttentionJudge:
             self._script()
         self._flex_sites()
         self._dense_backward()
+        self._graph_breaks()
         self._bypasses()
         self.measurements["call_sites"] = self.sites
         status = "fail" if any(f.severity == "error" for f in self.findings) else "pass"
@@ -204,6 +205,25 @@ class TraceAttentionJudge:
             )
         )
         self._check(check, "fail", f"{what} raised {error['type']}", "target-raised")
+
+    def _graph_breaks(self) -> None:
+        breaks = self.obs.get("graph_breaks") or {}
+        total = sum(breaks.values())
+        self.measurements["graph_breaks"] = breaks
+        if total:
+            self.findings.append(
+                finding(
+                    "graph-break",
+                    f"{total} graph breaks in the traced run",
+                    detail="A graph break splits a compiled region; code between the pieces runs eagerly. "
+                    "The recorders add none: these come from the traced code.",
+                    evidence={"graph_breaks": breaks},
+                    fix="Run with TORCH_LOGS=graph_breaks to see each break's line, and remove the cause.",
+                )
+            )
+        self._check(
+            "graph breaks", "warn" if total else "pass", f"{total} graph breaks in the traced run", "graph-break"
+        )
 
     def _dense_backward(self) -> None:
         """Dense backward kernels, counted from the dense-path hook.
