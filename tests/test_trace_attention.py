@@ -215,3 +215,18 @@ def test_tracing_adds_no_graph_break_inside_a_compiled_module(cli):
     assert run.report["results"][0]["measurements"]["graph_breaks"] == {}
     assert run.check("graph breaks")["status"] == "pass"
     assert run.findings("dense-forward") == []  # the call inside the compiled module stayed fused
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scale", "huge"], "unknown scale 'huge'; expected auto, tiny, full"),
+        (["--device", "tpu"], "unknown device 'tpu'; expected one of auto, cpu, cuda"),
+        (["--steps", "0"], "--steps and --seq-len must be at least 1"),
+        (["--expect-wrapper", "nocolon"], "--expect-wrapper 'nocolon' is not of the form module:attr or file.py:attr"),
+    ],
+)
+def test_bad_options_exit_2(cli, args, message):
+    run = cli("trace-attention", *args)
+    assert run.code == 2
+    assert run.stderr.strip() == f"dflashdoctor: {message}"
