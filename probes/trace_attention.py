@@ -1,9 +1,13 @@
-"""Probe: where does a model's attention run, through which implementation, fused or dense?
+"""Probe: where does attention run, through which implementation or wrapper, fused or dense?
 
-Builds the model from its config with random weights, asking transformers for flex_attention;
-a model class that refuses it is recorded and rebuilt with its default implementation. Then runs
-`steps` training-mode forwards (and backwards where the device allows) with the dense-path hook
-and the attention recorder installed, and reports each attention layer and each call site.
+Up to three parts, each traced with the dense-path hook on:
+- a model built from its config with random weights, asking transformers for flex_attention (a
+  class that refuses it is recorded and rebuilt with its default), run for `steps` training steps
+  with the attention-interface recorder and module hooks;
+- one reference DFlash drafter step with its fault switch;
+- the user's script, run as __main__, with the attention-interface recorder and the recorder of
+  the script's own flex_attention references.
+It reports each attention layer, each call site, dense kernel runs and graph breaks.
 """
 
 from __future__ import annotations
@@ -30,6 +34,17 @@ from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
 from dflashdoctor.reference.drafter_step import drafter_step
 
 _WANTED = "flex_attention"
+
+
+def _scale(settings: dict[str, Any], device: str) -> str:
+    return settings["scale"] if settings["scale"] != "auto" else ("full" if device == "cuda" else "tiny")
+
+
+def _bind_transformers_first() -> None:
+    """transformers binds flex_attention at import: import it before the flex-call recorder's
+    stand-in is in place, so that it holds the real function (its path has its own recorder)."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module("transformers.integrations.flex_attention")
 
 
 def _build(make_config: Callable[[], Any], device: str, dtype: torch.dtype) -> tuple[torch.nn.Module, str | None]:
@@ -67,7 +82,7 @@ def _layers(model: torch.nn.Module, config: Any, recorder: HFAttentionRecorder) 
 
 
 def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
-    scale = settings["scale"] if settings["scale"] != "auto" else ("full" if device == "cuda" else "tiny")
+    scale = _scale(settings, device)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model, refusal = _build(lambda: build_config(settings["model"], scale), device, dtype)
     config = model.config
@@ -142,8 +157,7 @@ def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], dict[str, A
 
 def _trace_script(settings: dict[str, Any], dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
     path = os.path.abspath(settings["script"])
-    with contextlib.suppress(ImportError):  # transformers binds flex_attention at import: the real one
-        importlib.import_module("transformers.integrations.flex_attention")
+    _bind_transformers_first()
     dense.phase = "script"
     with HFAttentionRecorder(None, dense, namer) as hf, FlexCallRecorder(dense, namer) as flex:
         namespace, error = _run_script(path, settings.get("script_args", []))
@@ -160,10 +174,11 @@ def _trace_drafter(
     settings: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer
 ) -> dict[str, Any]:
     """One reference DFlash drafter step, with its fault switch, shaped like the qwen27b-dflash preset."""
-    scale = settings["scale"] if settings["scale"] != "auto" else ("full" if device == "cuda" else "tiny")
+    scale = _scale(settings, device)
     config = build_config("qwen27b-dflash", scale)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     backward = settings["backward"] and device != "cpu"  # flex_attention has no CPU backward
+    _bind_transformers_first()
     dense.phase = "drafter"
     error = None
     with HFAttentionRecorder(None, dense, namer) as hf, FlexCallRecorder(dense, namer) as flex:
