@@ -64,25 +64,18 @@ class FlexCallRecorder:
         self.namer = namer
         self.sites: dict[tuple[str, int, int, str | None], FlexSite] = {}
         self._wrappers: dict[int, Callable[..., Any]] = {}
-        self._saved: tuple[Any, Callable[..., Any], Callable[..., Any]] | None = None
 
     def __enter__(self) -> FlexCallRecorder:
-        module = sys.modules.get(_FLEX_MODULE) or __import__(_FLEX_MODULE, fromlist=["flex_attention"])
-        raw, real_compile = module.flex_attention, torch.compile
-        self._saved = (module, raw, real_compile)
-        self._raw = raw
-        self._real_compile = real_compile
-        self._stand_in = self._recording(raw, via="raw flex_attention")
-        module.flex_attention = self._stand_in
+        self._module = sys.modules.get(_FLEX_MODULE) or __import__(_FLEX_MODULE, fromlist=["flex_attention"])
+        self._raw, self._real_compile = self._module.flex_attention, torch.compile
+        self._stand_in = self._recording(self._raw, via="raw flex_attention")
+        self._module.flex_attention = self._stand_in
         torch.compile = self._compile  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._saved is not None:
-            module, raw, real_compile = self._saved
-            module.flex_attention = raw
-            torch.compile = real_compile  # type: ignore[assignment]
-            self._saved = None
+        self._module.flex_attention = self._raw
+        torch.compile = self._real_compile  # type: ignore[assignment]
 
     def _compile(self, model: Any = None, **kwargs: Any) -> Any:
         if model is None:  # decorator form: torch.compile(backend=...)(fn)
