@@ -167,6 +167,7 @@ def _trace_script(settings: dict[str, Any], dense: DenseFlexRecorder, namer: Mod
         "error": error,
         "sites": [site.to_dict() for site in hf.sites.values()],
         "flex_sites": [site.to_dict() for site in flex.sites.values()],
+        "hook_unavailable": hf.unavailable,
     }
 
 
@@ -194,6 +195,7 @@ def _trace_drafter(
         "backward": backward,
         "sites": [site.to_dict() for site in hf.sites.values()],
         "flex_sites": [site.to_dict() for site in flex.sites.values()],
+        "hook_unavailable": hf.unavailable,
     }
 
 

@@ -121,7 +121,8 @@ class TraceAttentionJudge:
         self.checks.append(Check(name=name, status=status, summary=summary, codes=list(codes)))
 
     def _instrumentation(self) -> None:
-        reasons = [r for r in (self.obs.get("hook_unavailable"), (self.model or {}).get("hook_unavailable")) if r]
+        parts = (self.obs, self.model or {}, self.drafter or {}, self.script or {})
+        reasons = sorted({part["hook_unavailable"] for part in parts if part.get("hook_unavailable")})
         for reason in reasons:
             self.findings.append(
                 finding(
