@@ -39,10 +39,6 @@ class ProbeRun:
     stderr_tail: str = ""
     argv: list[str] = field(default_factory=list)
 
-    @property
-    def crashed(self) -> bool:
-        return self.payload is None
-
     def crash_summary(self) -> str:
         if self.timed_out:
             return f"probe {self.probe} timed out after {self.duration_s:.0f} s and was killed"

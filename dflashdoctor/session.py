@@ -15,6 +15,9 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.report import ProbeResult, Report
 from dflashdoctor.runner import ProbeRun, resolve_python, run_probe
 
+# What every probe says about the interpreter it ran in (the doctor's own Python may differ).
+_PROBED_ENVIRONMENT = ("python", "torch", "transformers", "device", "device_name")
+
 
 def new_report(command: str, argv: list[str]) -> Report:
     return Report(
@@ -99,7 +102,8 @@ def probe_into_report(
 ) -> dict[str, Any] | None:
     """Run one probe and append its judged result (or its crash) to the report.
 
-    Returns the probe's observations when it finished, for the caller's environment fields.
+    The probed interpreter's versions and device go into the report's environment. Returns the
+    probe's observations when it finished.
     """
     run = run_probe(probe, config, python=python, timeout_s=timeout_s)
     payload = probe_payload(run)
@@ -112,4 +116,5 @@ def probe_into_report(
     result = judge(payload)
     result.duration_s = run.duration_s
     report.results.append(result)
+    report.environment.update({k: payload[k] for k in _PROBED_ENVIRONMENT if payload.get(k) is not None})
     return payload

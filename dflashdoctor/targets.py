@@ -32,7 +32,6 @@ class TargetInfo:
     file: str | None
     line: int | None
     wraps: str | None = None  # for a compiled wrapper: what it compiles
-    wraps_flex: bool = False
     compiled_globals: list[str] = field(default_factory=list)  # compiled wrappers it reads
     backends: dict[str, str] = field(default_factory=dict)  # compiled wrapper name -> backend
     raw_flex_globals: list[str] = field(default_factory=list)  # raw flex_attention names it reads
@@ -185,7 +184,6 @@ def describe(obj: Any, module: ModuleType, attr: str, spec: str) -> TargetInfo:
     if wrapped is not None:
         info.kind = "compiled-wrapper"
         info.wraps = f"{getattr(wrapped, '__module__', '?')}.{getattr(wrapped, '__qualname__', wrapped)}"
-        info.wraps_flex = wrapped is raw_flex
         backend = compile_backend(obj)
         if backend:
             info.backends[attr] = backend

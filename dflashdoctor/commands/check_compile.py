@@ -73,10 +73,4 @@ def check_compile(options: CheckCompileOptions, argv: list[str]) -> Report:
     )
     if payload is not None:
         report.results[-1].measurements.update(shape=payload["shape"], mask=payload["mask"])
-        report.environment.update(
-            python=payload["python"],
-            torch=payload["torch"],
-            device=payload["device"],
-            device_name=payload["device_name"],
-        )
     return finish(report, started)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dflashdoctor.errors import BadInput
@@ -43,8 +43,6 @@ def validate(options: TraceAttentionOptions) -> None:
         raise BadInput(f"unknown scale {options.scale!r}; expected auto, {', '.join(SCALES)}")
     if options.steps < 1 or options.seq_len < 1:
         raise BadInput("--steps and --seq-len must be at least 1")
-    if options.model is None and options.script is None:
-        options.model = DEFAULT_MODEL
     if options.drafter_fault is not None and options.drafter_fault not in DRAFTER_FAULTS:
         raise BadInput(f"unknown drafter fault {options.drafter_fault!r}; expected one of {', '.join(DRAFTER_FAULTS)}")
     if options.drafter_fault is not None and not options.drafter:
@@ -77,6 +75,8 @@ def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
 
 
 def trace_attention(options: TraceAttentionOptions, argv: list[str]) -> Report:
+    if options.model is None and options.script is None:
+        options = replace(options, model=DEFAULT_MODEL)
     validate(options)
     python = probe_python(options.python)
     started = time.monotonic()
@@ -85,14 +85,7 @@ def trace_attention(options: TraceAttentionOptions, argv: list[str]) -> Report:
     traced += ["reference drafter" + (f" ({options.drafter_fault})" if options.drafter_fault else "")] * options.drafter
     traced += [f"script {options.script}"] if options.script else []
     report.environment.update(target=" + ".join(traced), requested_device=options.device)
-    payload = probe_into_report(
+    probe_into_report(
         report, "trace-attention", probe_config(options), python=python, timeout_s=options.timeout_s, judge=judge
     )
-    if payload is not None:
-        report.environment.update(
-            python=payload["python"],
-            torch=payload["torch"],
-            transformers=payload["transformers"],
-            device=payload["device"],
-        )
     return finish(report, started)

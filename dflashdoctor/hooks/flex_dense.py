@@ -107,9 +107,6 @@ class DenseFlexRecorder:
     def __exit__(self, *exc: object) -> None:
         self.restore()
 
-    def count(self, kind: str, phase_prefix: str = "") -> int:
-        return sum(1 for e in self.events if e.kind == kind and e.phase.startswith(phase_prefix))
-
     def _install(self) -> str | None:
         import torch
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dflashdoctor.codes import finding
-from dflashdoctor.report import Bar, Check, Comparison, Finding, ProbeResult, Where
+from dflashdoctor.judges.base import Judge
+from dflashdoctor.report import Bar, Comparison, ProbeResult, Where
 
 _TARGET_PHASES = ("target:", "numerics", "vary:")
 _RECOMPILE_LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit")
@@ -92,14 +93,11 @@ def parse_guard(reason: str, known_file: str | None) -> Guard:
     return Guard(expression=expression, source=source, where=where)
 
 
-class CheckCompileJudge:
+class CheckCompileJudge(Judge):
     def __init__(self, obs: dict[str, Any], budgets: Budgets) -> None:
+        super().__init__("check-compile")
         self.obs = obs
         self.budgets = budgets
-        self.findings: list[Finding] = []
-        self.checks: list[Check] = []
-        self.measurements: dict[str, Any] = {}
-        self.comparisons: list[Comparison] = []
         events = [e for e in obs.get("dense_events", []) if _is_target_phase(e["phase"])]
         self.dense_fwd = [e for e in events if e["kind"] == "forward"]
         self.dense_bwd = [e for e in events if e["kind"] == "backward"]
@@ -117,18 +115,7 @@ class CheckCompileJudge:
         self._graph_breaks()
         self._timing()
         self._oom()
-        status = "fail" if any(f.severity == "error" for f in self.findings) else "pass"
-        return ProbeResult(
-            probe="check-compile",
-            status=status,
-            findings=self.findings,
-            measurements=self.measurements,
-            checks=self.checks,
-            comparisons=self.comparisons,
-        )
-
-    def _check(self, name: str, status: str, summary: str, *codes: str) -> None:
-        self.checks.append(Check(name=name, status=status, summary=summary, codes=list(codes)))
+        return self.result()
 
     def _instrumentation(self) -> None:
         for key in ("hook_unavailable", "dynamo_watch_unavailable"):
@@ -515,19 +502,8 @@ class CheckCompileJudge:
 
     def _graph_breaks(self) -> None:
         breaks = self.obs.get("graph_breaks") or {}
-        total = sum(breaks.values())
-        self.measurements["graph_breaks"] = total
-        if total:
-            self.findings.append(
-                finding(
-                    "graph-break",
-                    f"{total} graph breaks while the target ran",
-                    detail="A graph break splits the compiled region; code between the pieces runs eagerly.",
-                    evidence={"graph_breaks": breaks},
-                    fix="Run with TORCH_LOGS=graph_breaks to see each break's line, and remove the cause.",
-                )
-            )
-        self._check("graph breaks", "warn" if total else "pass", f"{total} graph breaks", "graph-break")
+        self.measurements["graph_breaks"] = sum(breaks.values())
+        self._graph_break_check(breaks, "while the target ran")
 
     def _timing(self) -> None:
         first = self.phases.get("target:first", {})

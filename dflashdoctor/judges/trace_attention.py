@@ -12,7 +12,8 @@ from collections import Counter
 from typing import Any
 
 from dflashdoctor.codes import finding
-from dflashdoctor.report import Check, Finding, ProbeResult, Where
+from dflashdoctor.judges.base import Judge
+from dflashdoctor.report import ProbeResult, Where
 
 _FLEX = "flex_attention"
 _HF_FLEX_FIX = (
@@ -81,8 +82,9 @@ def _site_where(site: dict[str, Any]) -> Where:
     return Where(file=site["file"], line=site["line"], function=site["function"], module=site["module"])
 
 
-class TraceAttentionJudge:
+class TraceAttentionJudge(Judge):
     def __init__(self, obs: dict[str, Any]) -> None:
+        super().__init__("trace-attention")
         self.obs = obs
         self.model = obs.get("traced_model")
         self.script = obs.get("traced_script")
@@ -90,9 +92,6 @@ class TraceAttentionJudge:
         parts = [p for p in (self.model, self.drafter, self.script) if p]
         self.sites = [call_site(s) for part in parts for s in part["sites"]]
         self.sites += [user_site(s) for part in parts for s in part.get("flex_sites", [])]
-        self.findings: list[Finding] = []
-        self.checks: list[Check] = []
-        self.measurements: dict[str, Any] = {}
 
     def judge(self) -> ProbeResult:
         self._instrumentation()
@@ -108,17 +107,7 @@ class TraceAttentionJudge:
         self._graph_breaks()
         self._bypasses()
         self.measurements["call_sites"] = self.sites
-        status = "fail" if any(f.severity == "error" for f in self.findings) else "pass"
-        return ProbeResult(
-            probe="trace-attention",
-            status=status,
-            findings=self.findings,
-            measurements=self.measurements,
-            checks=self.checks,
-        )
-
-    def _check(self, name: str, status: str, summary: str, *codes: str) -> None:
-        self.checks.append(Check(name=name, status=status, summary=summary, codes=list(codes)))
+        return self.result()
 
     def _instrumentation(self) -> None:
         parts = (self.obs, self.model or {}, self.drafter or {}, self.script or {})
@@ -209,22 +198,8 @@ class TraceAttentionJudge:
 
     def _graph_breaks(self) -> None:
         breaks = self.obs.get("graph_breaks") or {}
-        total = sum(breaks.values())
         self.measurements["graph_breaks"] = breaks
-        if total:
-            self.findings.append(
-                finding(
-                    "graph-break",
-                    f"{total} graph breaks in the traced run",
-                    detail="A graph break splits a compiled region; code between the pieces runs eagerly. "
-                    "The recorders add none: these come from the traced code.",
-                    evidence={"graph_breaks": breaks},
-                    fix="Run with TORCH_LOGS=graph_breaks to see each break's line, and remove the cause.",
-                )
-            )
-        self._check(
-            "graph breaks", "warn" if total else "pass", f"{total} graph breaks in the traced run", "graph-break"
-        )
+        self._graph_break_check(breaks, "in the traced run (the recorders add none)")
 
     def _dense_backward(self) -> None:
         """Dense backward kernels, counted from the dense-path hook.

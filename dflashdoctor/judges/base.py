@@ -1,0 +1,47 @@
+"""What every judge collects, and the one ProbeResult it becomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflashdoctor.codes import finding
+from dflashdoctor.report import Check, CheckStatus, Comparison, Finding, ProbeResult
+
+
+class Judge:
+    def __init__(self, probe: str) -> None:
+        self.probe = probe
+        self.findings: list[Finding] = []
+        self.checks: list[Check] = []
+        self.measurements: dict[str, Any] = {}
+        self.comparisons: list[Comparison] = []
+
+    def _check(self, name: str, status: CheckStatus, summary: str, *codes: str) -> None:
+        """One verdict line, with the finding codes it stands for."""
+        self.checks.append(Check(name=name, status=status, summary=summary, codes=list(codes)))
+
+    def _graph_break_check(self, breaks: dict[str, int], during: str) -> None:
+        """One check line and, when there are any, a graph-break finding with each reason's count."""
+        total = sum(breaks.values())
+        if total:
+            self.findings.append(
+                finding(
+                    "graph-break",
+                    f"{total} graph breaks {during}",
+                    detail="A graph break splits a compiled region; code between the pieces runs eagerly.",
+                    evidence={"graph_breaks": breaks},
+                    fix="Run with TORCH_LOGS=graph_breaks to see each break's line, and remove the cause.",
+                )
+            )
+        self._check("graph breaks", "warn" if total else "pass", f"{total} graph breaks {during}", "graph-break")
+
+    def result(self) -> ProbeResult:
+        status = "fail" if any(f.severity == "error" for f in self.findings) else "pass"
+        return ProbeResult(
+            probe=self.probe,
+            status=status,
+            findings=self.findings,
+            measurements=self.measurements,
+            checks=self.checks,
+            comparisons=self.comparisons,
+        )
