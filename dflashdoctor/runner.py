@@ -84,8 +84,10 @@ def _tail(path: Path) -> str:
 
 
 def _env() -> dict[str, str]:
+    """The child's environment: the current folder first on its path, as `python -m` would have it
+    (so `mypkg.attn:fwd` resolves from where the user stands), then dflashdoctor's own folder."""
     env = dict(os.environ)
-    parts = [str(package_root())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    parts = [os.getcwd(), str(package_root())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env

@@ -122,6 +122,19 @@ def test_probe_runs_under_the_interpreter_given(cli):
     assert run.report["environment"]["python"] == ".".join(map(str, sys.version_info[:3]))
 
 
+def test_module_target_resolves_from_the_current_folder(cli, tmp_path):
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "attn.py").write_text(
+        "import torch\nfrom torch.nn.attention.flex_attention import flex_attention\n"
+        "compiled = torch.compile(flex_attention)\n"
+    )
+    run = cli("check-compile", "mypkg.attn:compiled", "--device", "cpu", "--vary", "0", "--mask", "causal")
+    assert run.code == 0, run.stdout + run.stderr
+    assert run.check("target")["status"] == "pass"
+
+
 def test_json_output_is_the_report_and_nothing_else(cli):
     run = cli("check-compile", "--device", "cpu", "--vary", "0", "--json")
     assert run.code == 0
