@@ -31,7 +31,7 @@ from dflashdoctor.hooks.hf_attention import HFAttentionRecorder, kernel_impl
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
-from dflashdoctor.reference.drafter_step import drafter_step
+from dflashdoctor.reference.drafter_step import make_drafter_step
 
 _WANTED = "flex_attention"
 
@@ -174,7 +174,7 @@ def _trace_script(settings: dict[str, Any], dense: DenseFlexRecorder, namer: Mod
 def _trace_drafter(
     settings: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer
 ) -> dict[str, Any]:
-    """One reference DFlash drafter step, with its fault switch, shaped like the qwen27b-dflash preset."""
+    """`steps` reference DFlash drafter steps, with its fault switch, shaped like the qwen27b-dflash preset."""
     scale = _scale(settings, device)
     config = build_config("qwen27b-dflash", scale)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -184,7 +184,9 @@ def _trace_drafter(
     error = None
     with HFAttentionRecorder(None, dense, namer) as hf, FlexCallRecorder(dense, namer) as flex:
         try:
-            drafter_step(config, device, dtype, settings.get("drafter_fault"), backward)
+            _, step = make_drafter_step(config, device, dtype, settings.get("drafter_fault"), backward)
+            for _ in range(settings["steps"]):
+                step()
         except Exception as exc:  # kept as a finding with the sites seen so far
             error = _error_record(exc)
     flex.name_wrappers({})
@@ -201,7 +203,7 @@ def _trace_drafter(
 
 def run(settings: dict[str, Any]) -> dict[str, Any]:
     device = resolve_device(settings["device"])
-    dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__))
+    dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__), measure_memory=True)
     namer = ModuleNamer()
     observations: dict[str, Any] = {
         "device": device,
@@ -218,8 +220,9 @@ def run(settings: dict[str, Any]) -> dict[str, Any]:
             observations["traced_drafter"] = _trace_drafter(settings, device, dense, namer)
         if settings.get("script"):
             observations["traced_script"] = _trace_script(settings, dense, namer)
-    watch.collect("traced")
+    observations["compiles"] = watch.collect("traced")  # recompile-limit and skipped-frame causes
     observations["graph_breaks"] = watch.graph_breaks
+    observations["dynamo_disabled"] = bool(getattr(torch._dynamo.config, "disable", False))
     observations["dense_events"] = [e.to_dict() for e in dense.events]
     observations["hook_unavailable"] = dense.unavailable
     return observations

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.attention.flex_attention as flex_module
@@ -30,25 +33,66 @@ def test_flex_call_recorder_restores_flex_attention_and_torch_compile():
     assert torch.compile is real_compile
 
 
+class Attention(torch.nn.Module):
+    def forward(self, x):
+        return flex_module.flex_attention(x, x, x)
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = Attention(), Attention()
+
+    def forward(self, x):
+        return self.second(self.first(x) * 2)
+
+
 def test_raw_call_through_the_stand_in_is_recorded_with_its_module():
-    class Attention(torch.nn.Module):
-        def forward(self, x):
-            return flex_module.flex_attention(x, x, x)
-
-    class Model(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.attn = Attention()
-
-        def forward(self, x):
-            return self.attn(x)
-
     dense = DenseFlexRecorder()
     with dense, FlexCallRecorder(dense, ModuleNamer()) as recorder:
-        Model()(torch.randn(1, 2, 32, 16))
-    (site,) = recorder.sites.values()
-    assert (site.module, site.via, site.calls, site.dense_forward) == ("attn", "raw flex_attention", 1, 1)
-    assert site.function == "forward" and site.file == __file__
+        TwoLayers()(torch.randn(1, 2, 32, 16))
+    first, second = recorder.sites.values()
+    assert (first.module, first.via, first.calls, first.dense_forward) == ("first", "raw flex_attention", 1, 1)
+    assert second.module == "second" and first.function == "forward" and first.file == __file__
+    assert first.score_matrix_bytes == 1 * 2 * 32 * 32 * 4
+
+
+@pytest.mark.gpu
+def test_dense_backward_is_charged_to_the_forward_call_that_caused_it():
+    # flex_attention refuses inputs that require grad on the CPU, even eagerly. The dense backward
+    # runs on the autograd thread with no user frame on the stack, so only the hooks can name it.
+    dense = DenseFlexRecorder(measure_memory=True)
+    x = torch.randn(1, 2, 256, 16, device="cuda", requires_grad=True)
+    with dense, FlexCallRecorder(dense, ModuleNamer()) as recorder:
+        TwoLayers().cuda()(x).sum().backward()
+    first, second = recorder.sites.values()
+    assert (first.dense_backward, second.dense_backward) == (1, 1)
+    backward = [e for e in dense.events if e.kind == "backward"]
+    assert [e.forward_site["module"] for e in backward] == ["second", "first"]  # backward runs in reverse
+    assert first.dense_peak_bytes >= first.score_matrix_bytes == 2 * 256 * 256 * 4
+    assert x.grad is not None and x.grad.abs().sum() > 0
+
+
+def test_torch_compile_inside_compiled_code_stays_a_no_op_after_the_recorder(tmp_path):
+    # Dynamo builds its table of special functions once per process; had it been built while the
+    # recorder's torch.compile stood in, the real one would break graphs afterwards. A fresh process
+    # is needed: any earlier compile in this one has built the table already.
+    script = tmp_path / "compile_inside.py"
+    script.write_text(
+        "import torch\n"
+        "from torch._dynamo.utils import counters\n"
+        "from dflashdoctor.hooks.flex_calls import FlexCallRecorder\n"
+        "from dflashdoctor.hooks.flex_dense import DenseFlexRecorder\n"
+        "from dflashdoctor.hooks.module_names import ModuleNamer\n"
+        "with FlexCallRecorder(DenseFlexRecorder(), ModuleNamer()):\n"
+        "    torch.compile(lambda x: torch.compile(torch.sin)(x) + 1)(torch.randn(4))\n"
+        "torch._dynamo.reset()\n"
+        "torch.compile(lambda x: torch.compile(torch.cos)(x) + 1)(torch.randn(4))\n"
+        "print(sum(counters['graph_break'].values()))\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"
 
 
 def test_attention_interface_recorder_restores_every_entry():

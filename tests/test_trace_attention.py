@@ -208,13 +208,43 @@ def test_drafter_fault_needs_drafter(cli):
     assert run.stderr.strip() == "dflashdoctor: --drafter-fault needs --drafter"
 
 
-def test_tracing_adds_no_graph_break_inside_a_compiled_module(cli):
-    script = Path(__file__).parent / "targets" / "compiled_block_script.py"
-    run = cli("trace-attention", "--script", str(script))
+BLOCK_SCRIPT = Path(__file__).parent / "targets" / "compiled_block_script.py"
+
+
+def test_call_inside_a_compiled_module_is_a_site_and_adds_no_graph_break(cli):
+    run = cli("trace-attention", "--script", str(BLOCK_SCRIPT))
     assert run.code == 0, run.stdout + run.stderr
     assert run.report["results"][0]["measurements"]["graph_breaks"] == {}
     assert run.check("graph breaks")["status"] == "pass"
-    assert run.findings("dense-forward") == []  # the call inside the compiled module stayed fused
+    (site,) = _sites(run).values()
+    assert (site["module"], site["function"], site["line"], site["file"]) == ("Block", "forward", 16, str(BLOCK_SCRIPT))
+    assert site["via"].startswith("inside an outer compiled region (backend inductor)")
+    assert (site["verdict"], site["calls"], site["compiled_into_graphs"]) == ("fused", 0, 1)
+    assert site["q_shape"] == [1, 2, 64, 16]
+
+
+def test_outer_region_with_eager_backend_is_dense_at_the_call_inside(cli):
+    run = cli("trace-attention", "--script", str(BLOCK_SCRIPT), "--", "--eager-backend")
+    assert run.code == 1
+    (dense,) = run.findings("dense-forward")
+    assert (dense["where"]["module"], dense["where"]["line"]) == ("Block", 16)
+    assert dense["evidence"]["verdict"] == "dense despite compile"
+    assert dense["evidence"]["cause"].startswith("eager backend")
+    assert dense["evidence"]["dense_forward"] == 2  # two calls at run time, one graph
+
+
+def test_calls_inside_compiled_models_keep_their_module_names(cli):
+    run = cli("trace-attention", "--script", str(SCRIPT), "--", "--compile-models")
+    assert run.code == 0, run.stdout + run.stderr
+    sites = _sites(run)
+    assert sorted(sites) == sorted([*HF_SITES, "attn"])  # no `_orig_mod.` from torch.compile's wrapper
+    for site in sites.values():
+        assert site["via"].startswith("inside an outer compiled region (backend inductor)")
+        assert site["verdict"] == "fused" and site["compiled_into_graphs"] == 1
+    assert sites["attn"]["wrapper_names"] == [f"{SCRIPT}:compiled_flex"]
+    # transformers' own warnings break this model's graph; nothing else may (the recorders add none).
+    breaks = run.report["results"][0]["measurements"]["graph_breaks"]
+    assert all("_warnings.warn" in reason for reason in breaks), breaks
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflashdoctor.hooks.flex_dense import DenseEvent
+
 
 def mask_kind(mask: Any) -> str:
     return type(mask).__name__ if mask is not None else "none"
@@ -30,21 +32,58 @@ def mask_sparsity_pct(mask: Any) -> float | None:
 
 @dataclass(kw_only=True)
 class CallStats:
-    calls: int = 0
+    """Counts and shapes of one call site, and the dense kernels charged to it.
+
+    Subclasses add where the site is (`file`, `line`, `function`, `module`).
+    """
+
+    calls: int = 0  # eager calls; a call inside a compiled graph runs no Python and is not counted
+    in_compiled_region: bool = False  # the site's calls run inside an outer compiled graph
+    backend: str | None = None  # the torch.compile backend its calls run under, when known
+    compiled_into_graphs: int = 0  # times dynamo traced this site into such a graph
     dense_forward: int = 0
+    dense_backward: int = 0
+    dense_peak_bytes: int | None = None  # the most CUDA memory one dense kernel of this site added
+    score_matrix_bytes: int = 0  # float32 scores one dense kernel of this site builds
     training: bool | None = None
-    q_shape: list[int] = field(default_factory=list)
-    kv_shape: list[int] = field(default_factory=list)
+    q_shape: list[Any] = field(default_factory=list)  # symbolic sizes as text when traced in a graph
+    kv_shape: list[Any] = field(default_factory=list)
     dtype: str = ""
     mask: str = ""
     mask_sparsity_pct: float | None = None
 
-    def observe(self, query: Any, key: Any, mask: Any, *, training: bool, dense_forward: int) -> None:
-        """One more call; the first call's mask stands for the site (sparsity costs a reduction)."""
+    def observe(self, query: Any, key: Any, mask: Any, *, training: bool, dense: list[DenseEvent]) -> None:
+        """One more call, with the dense kernel events it caused; the first call's mask stands for the
+        site (sparsity costs a reduction)."""
         self.calls += 1
-        self.dense_forward += dense_forward
+        forward = [event for event in dense if event.kind == "forward"]
+        self.dense_forward += len(forward)
+        for event in forward:
+            event.forward_site = self._charge(event)
         self.training = training
         self.q_shape, self.kv_shape = list(query.shape), list(key.shape)
         self.dtype = str(query.dtype).replace("torch.", "")
         if self.calls == 1:
             self.mask, self.mask_sparsity_pct = mask_kind(mask), mask_sparsity_pct(mask)
+
+    def observe_traced(
+        self, backend: str | None, query: tuple[list[Any], str] | None, key: tuple[list[Any], str] | None
+    ) -> None:
+        """One more outer compiled graph this site was traced into, with its backend (which also
+        compiles a compiled wrapper inlined there) and the shapes dynamo saw."""
+        self.in_compiled_region = True
+        self.backend = backend
+        self.compiled_into_graphs += 1
+        if query is not None and key is not None:
+            (self.q_shape, self.dtype), self.kv_shape = query, key[0]
+
+    def charge_backward(self, event: DenseEvent) -> dict[str, Any]:
+        self.dense_backward += 1
+        return self._charge(event)
+
+    def _charge(self, event: DenseEvent) -> dict[str, Any]:
+        """Take the event's cost; return where this site is, for the event to carry."""
+        self.score_matrix_bytes = max(self.score_matrix_bytes, event.score_matrix_bytes)
+        if event.peak_bytes is not None:
+            self.dense_peak_bytes = max(self.dense_peak_bytes or 0, event.peak_bytes)
+        return {key: getattr(self, key, None) for key in ("file", "line", "function", "module")}

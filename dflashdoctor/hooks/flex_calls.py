@@ -8,9 +8,10 @@ seen at its boundary instead. While active, this recorder
   wrapper inside a recording one, remembered with the line that compiled it.
 Recording happens outside any compiled region: inside one (`torch.compiler.is_compiling()`) the
 stand-in forwards to the real function at once, so dynamo traces no bookkeeping and adds no graph
-break. Code that bound flex_attention before the recorder started (transformers binds it at import)
-keeps the real function; the attention-interface recorder covers that path. Both attributes are
-restored on exit.
+break; such a call is listed once per graph it is compiled into, at trace time (compiled_calls.py).
+Code that bound flex_attention before the recorder started (transformers binds it at import) keeps
+the real function; the attention-interface recorder covers that path. Both attributes are restored
+on exit.
 
 Probed side: standard library and torch.
 """
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from dflashdoctor.hooks.call_stats import CallStats
+from dflashdoctor.hooks.compiled_calls import comptime, traced_call, traced_tensor
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 
@@ -36,6 +38,27 @@ _FLEX_MODULE = "torch.nn.attention.flex_attention"
 def _in_transformers(file: str) -> bool:
     parts = os.path.normpath(file).split(os.sep)
     return "transformers" in parts and "site-packages" in parts
+
+
+def _prime_dynamo_tables() -> None:
+    """Make dynamo read `torch.compile` before the recorder replaces it.
+
+    Dynamo treats `torch.compile` called inside traced code as a no-op, finding it in two tables it
+    builds once per process (functools.cache) from whatever `torch.compile` is at that moment. Built
+    while the replacement is in place, they would name the replacement forever, and the real
+    `torch.compile` inside a compiled region would become a graph break after the recorder has gone.
+    """
+    import importlib
+
+    for module_name, owner, attr in (
+        ("torch._dynamo.trace_rules", None, "get_torch_obj_rule_map"),
+        ("torch._dynamo.variables.torch", "TorchInGraphFunctionVariable", "_get_handlers"),
+    ):
+        try:
+            namespace = importlib.import_module(module_name)
+            getattr(getattr(namespace, owner) if owner else namespace, attr)()
+        except Exception:  # another torch: its tables are not ours to prime; tracing goes on
+            continue
 
 
 @dataclass(kw_only=True)
@@ -50,7 +73,6 @@ class FlexSite(CallStats):
     wrapper_id: int | None = None  # id of the recording wrapper, to find the names it is bound to
     wrapper_names: list[str] = field(default_factory=list)  # "module:attr" bindings, filled at the end
     compiled_at: str | None = None  # file:line of the torch.compile call
-    backend: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -66,6 +88,7 @@ class FlexCallRecorder:
         self._wrappers: dict[int, Callable[..., Any]] = {}
 
     def __enter__(self) -> FlexCallRecorder:
+        _prime_dynamo_tables()
         self._module = sys.modules.get(_FLEX_MODULE) or __import__(_FLEX_MODULE, fromlist=["flex_attention"])
         self._raw, self._real_compile = self._module.flex_attention, torch.compile
         self._stand_in = self._recording(self._raw, via="raw flex_attention")
@@ -78,6 +101,8 @@ class FlexCallRecorder:
         torch.compile = self._real_compile  # type: ignore[assignment]
 
     def _compile(self, model: Any = None, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():  # torch compiles helpers inside traced code: pass them through
+            return self._real_compile(model, **kwargs)
         if model is None:  # decorator form: torch.compile(backend=...)(fn)
             return lambda fn: self._compile(fn, **kwargs)
         target = self._raw if model is self._stand_in else model
@@ -94,9 +119,30 @@ class FlexCallRecorder:
         )
 
     def _recording(self, fn: Callable[..., Any], via: str, **about: Any) -> Callable[..., Any]:
-        @functools.wraps(fn)
+        def note_traced_call(ctx: Any) -> None:  # dynamo calls it at trace time, through comptime
+            call = traced_call(ctx, self.dense.skip_prefixes)
+            if call is None:
+                return
+            module = self.namer.name(call.module, sys._getframe()) if call.module is not None else None
+            site_key = (call.file, call.line, id(recording_flex), module, "traced")
+            site = self.sites.get(site_key)
+            if site is None:
+                site = self.sites[site_key] = FlexSite(
+                    file=call.file,
+                    line=call.line,
+                    function=call.function,
+                    module=module,
+                    via=via,
+                    wrapper_id=id(recording_flex),
+                    **about,
+                )
+            site.observe_traced(call.backend, traced_tensor(ctx, "query"), traced_tensor(ctx, "key"))
+
+        @functools.wraps(fn, updated=())  # not __dict__: a compiled fn's dynamo marks would skip us
         def recording_flex(query, key, value, *args, **kwargs):
             if torch.compiler.is_compiling():
+                if comptime is not None:
+                    comptime(note_traced_call)
                 return fn(query, key, value, *args, **kwargs)
             caller = sys._getframe(1)
             before = len(self.dense.events)
@@ -115,8 +161,8 @@ class FlexCallRecorder:
                     **about,
                 )
             mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
-            dense = sum(e.kind == "forward" for e in self.dense.events[before:])
-            site.observe(query, key, mask, training=bool(query.requires_grad), dense_forward=dense)
+            site.observe(query, key, mask, training=bool(query.requires_grad), dense=self.dense.events[before:])
+            self.dense.watch_backward(out, site)
             return out
 
         self._wrappers[id(recording_flex)] = recording_flex

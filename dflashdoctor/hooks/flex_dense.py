@@ -6,6 +6,11 @@ dense Python kernels in `py_kernels[DispatchKey.CompositeExplicitAutograd]`. We 
 for recording wrappers and clear each op's dispatch cache so the swap takes effect; Inductor-compiled
 calls never reach them. Everything is guarded by the shape of the objects and restored on exit.
 
+A dense backward runs on the autograd engine's thread, where no user frame is on the stack. The
+call-site recorders therefore hang a gradient hook on each forward output (`watch_backward`): it
+fires just before the backward of that call, and names the forward site the next dense backward
+kernel belongs to.
+
 Probed side: standard library and torch only.
 """
 
@@ -18,7 +23,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 _HOP_MODULE = "torch._higher_order_ops.flex_attention"
 _HOP_NAMES = {"flex_attention": "forward", "flex_attention_backward": "backward"}
@@ -41,9 +46,21 @@ class DenseEvent:
     site: dict[str, Any] | None
     stack: list[str] = field(default_factory=list)
     thread: str = ""
+    forward_site: dict[str, Any] | None = None  # the forward call site it was charged to, if any
+    peak_bytes: int | None = None  # CUDA memory the kernel added at its peak, when measured
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class BackwardOwner(Protocol):
+    """A forward call site that a later dense backward event can be charged to."""
+
+    q_shape: list[int]
+
+    def charge_backward(self, event: DenseEvent) -> dict[str, Any]:
+        """Count the event; return where the forward call was made."""
+        ...
 
 
 def _torch_dir() -> str:
@@ -87,13 +104,20 @@ class DenseFlexRecorder:
     installed on this torch; the caller turns that into an info finding.
     """
 
-    def __init__(self, skip_files: tuple[str, ...] = ()) -> None:
-        """`skip_files`: harness files (a probe) that should never be named as the call site."""
+    def __init__(self, skip_files: tuple[str, ...] = (), measure_memory: bool = False) -> None:
+        """`skip_files`: harness files (a probe) that should never be named as the call site.
+
+        `measure_memory` resets the CUDA allocator's peak around each dense kernel to measure what
+        the kernel added: right for a probe's own process, wrong for a user's run that reads its own
+        peaks, so it is off by default.
+        """
         self.events: list[DenseEvent] = []
         self.phase = ""
         self.unavailable: str | None = None
+        self.measure_memory = measure_memory
+        self._backward_owner: BackwardOwner | None = None
         self._saved: list[tuple[Any, Any, Callable[..., Any]]] = []
-        self._skip = (
+        self.skip_prefixes = (
             os.path.abspath(__file__),
             _torch_dir(),
             os.path.abspath(threading.__file__),
@@ -143,30 +167,58 @@ class DenseFlexRecorder:
             hop.py_kernels[key] = original
             hop._dispatch_cache.clear()
 
+    def watch_backward(self, output: Any, owner: BackwardOwner) -> None:
+        """Charge the dense backward kernel of the call that produced `output` to `owner`.
+
+        The hook returns None, so the gradient passes unchanged.
+        """
+        import torch
+
+        if isinstance(output, tuple | list):
+            output = next((t for t in output if isinstance(t, torch.Tensor)), None)
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(lambda _grad: self._expect_backward_of(owner))
+
+    def _expect_backward_of(self, owner: BackwardOwner) -> None:
+        self._backward_owner = owner
+
     def _wrap(self, kind: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
         def recording_kernel(*args: Any, **kwargs: Any) -> Any:
-            self._record(kind, args)
-            return kernel(*args, **kwargs)
+            event = self._record(kind, args)
+            if not (self.measure_memory and event.device.startswith("cuda")):
+                return kernel(*args, **kwargs)
+            import torch
+
+            base = torch.cuda.memory_allocated(event.device)
+            torch.cuda.reset_peak_memory_stats(event.device)
+            result = kernel(*args, **kwargs)
+            event.peak_bytes = max(0, torch.cuda.max_memory_allocated(event.device) - base)
+            return result
 
         recording_kernel.__wrapped__ = kernel  # type: ignore[attr-defined]
         return recording_kernel
 
-    def _record(self, kind: str, args: tuple[Any, ...]) -> None:
+    def _record(self, kind: str, args: tuple[Any, ...]) -> DenseEvent:
         query, key = (*args, None, None)[:2]
         q_shape = list(getattr(query, "shape", ()))
         kv_shape = list(getattr(key, "shape", ()))
-        frames = _user_frames(sys._getframe(2), self._skip)
-        self.events.append(
-            DenseEvent(
-                kind=kind,
-                phase=self.phase,
-                q_shape=q_shape,
-                kv_shape=kv_shape,
-                dtype=str(getattr(query, "dtype", "")).replace("torch.", ""),
-                device=str(getattr(query, "device", "")),
-                score_matrix_bytes=_score_bytes(q_shape, kv_shape),
-                site=_site(frames[0]) if frames else None,
-                stack=[f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in frames],
-                thread=threading.current_thread().name,
-            )
+        frames = _user_frames(sys._getframe(2), self.skip_prefixes)
+        event = DenseEvent(
+            kind=kind,
+            phase=self.phase,
+            q_shape=q_shape,
+            kv_shape=kv_shape,
+            dtype=str(getattr(query, "dtype", "")).replace("torch.", ""),
+            device=str(getattr(query, "device", "")),
+            score_matrix_bytes=_score_bytes(q_shape, kv_shape),
+            site=_site(frames[0]) if frames else None,
+            stack=[f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in frames],
+            thread=threading.current_thread().name,
         )
+        if kind == "backward":
+            owner, self._backward_owner = self._backward_owner, None
+            # The shape check keeps a fused call's spent hook from claiming an unrecorded call's backward.
+            if owner is not None and owner.q_shape == q_shape:
+                event.forward_site = owner.charge_backward(event)
+        self.events.append(event)
+        return event

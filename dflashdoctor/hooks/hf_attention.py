@@ -7,8 +7,8 @@ Two sources, both restored on exit:
 - forward hooks on attention modules (softmax attention and linear attention alike) count the
   calls that never reach the interface, such as eager attention or gated DeltaNet layers.
 
-Inside an outer torch.compile region the wrapper records nothing and only forwards, so that dynamo
-traces no bookkeeping and inserts no graph break.
+Inside an outer torch.compile region the wrapper only forwards, so that dynamo traces no bookkeeping
+and inserts no graph break; the call is listed at trace time instead (compiled_calls.py).
 
 Probed side: standard library, torch and transformers.
 """
@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from dflashdoctor.hooks.call_stats import CallStats
+from dflashdoctor.hooks.compiled_calls import comptime, traced_call, traced_tensor
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 
@@ -119,8 +120,27 @@ class HFAttentionRecorder:
         return self.sites[key]
 
     def _wrap(self, impl: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def note_traced_call(ctx: Any) -> None:  # dynamo calls it at trace time, through comptime
+            call = traced_call(ctx, self.dense.skip_prefixes, module_local="module")
+            if call is None or call.module is None:
+                return
+            name = self.namer.name(call.module, sys._getframe())
+            key = (name, impl, "traced")
+            if key not in self.sites:
+                self.sites[key] = SiteRecord(
+                    module=name,
+                    module_class=type(call.module).__name__,
+                    impl=impl,
+                    file=call.file,
+                    line=call.line,
+                    function=call.function,
+                )
+            self.sites[key].observe_traced(call.backend, traced_tensor(ctx, "query"), traced_tensor(ctx, "key"))
+
         def recording_attention(module, query, key, value, attention_mask, *args, **kwargs):
             if torch.compiler.is_compiling():
+                if comptime is not None:
+                    comptime(note_traced_call)
                 return fn(module, query, key, value, attention_mask, *args, **kwargs)
             before = len(self.dense.events)
             result = fn(module, query, key, value, attention_mask, *args, **kwargs)
@@ -129,8 +149,8 @@ class HFAttentionRecorder:
             if site.file is None:
                 caller = sys._getframe(1)
                 site.file, site.line, site.function = caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name
-            dense = sum(e.kind == "forward" for e in self.dense.events[before:])
-            site.observe(query, key, attention_mask, training=bool(module.training), dense_forward=dense)
+            site.observe(query, key, attention_mask, training=bool(module.training), dense=self.dense.events[before:])
+            self.dense.watch_backward(result, site)
             return result
 
         recording_attention.__wrapped__ = fn  # type: ignore[attr-defined]

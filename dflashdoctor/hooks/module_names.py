@@ -28,7 +28,9 @@ class ModuleNamer:
             return
         self._named_roots.add(id(root))
         for name, module in root.named_modules():
-            self._names.setdefault(id(module), name or type(root).__name__)
+            # torch.compile's OptimizedModule holds the model as `_orig_mod`: name it as the model.
+            name = ".".join(part for part in name.split(".") if part != "_orig_mod")
+            self._names.setdefault(id(module), name or type(module).__name__)
 
     def name(self, module: torch.nn.Module, frame: FrameType | None) -> str:
         """The module's dotted name under its outermost calling module, else its class name."""

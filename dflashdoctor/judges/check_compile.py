@@ -15,11 +15,10 @@ from typing import Any
 
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge
+from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, RAISED, recompile_limit_record, skipped_frame_record
 from dflashdoctor.report import Bar, Comparison, ProbeResult, Where
 
 _TARGET_PHASES = ("target:", "numerics", "vary:")
-_RECOMPILE_LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit")
-_RAISED = re.compile(r"raised exception (\w+)\((.*?)\)\s*$", re.MULTILINE)
 _COMPILE_ID_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
 _LOCATION = re.compile(r"(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$")
 _IMPORTED_GLOBAL = re.compile(r"G\['__import_(\w+?)'\]\.(\w+)")
@@ -27,7 +26,6 @@ _PLAIN_GLOBAL = re.compile(r"G\['(\w+)'\]")
 _WARM_FORWARD = re.compile(r"^target:warm\d+$")
 _WARM_BACKWARD = re.compile(r"^target:warm\d+:backward$")
 _SCORE_MATRIX_FRACTION = 0.5  # a fused peak this close to one score matrix means it was built
-_DENSE_BACKENDS = ("eager", "aot_eager", "aot_eager_decomp_partition")  # no Inductor: flex runs dense
 # Relative error of the output against a float32 eager reference, by input dtype. Gradients sum
 # over the whole sequence, so they get twice the room.
 _OUT_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}
@@ -162,7 +160,7 @@ class CheckCompileJudge(Judge):
         elif info["kind"] == "compiled-wrapper":
             backend = (info.get("backends") or {}).get(info["spec"].rpartition(":")[2])
             summary = f"torch.compile wrapper of {info['wraps']}" + (f" (backend {backend})" if backend else "")
-            if backend in _DENSE_BACKENDS:
+            if backend in DENSE_BACKENDS:
                 self._check("target", "fail", f"{summary}: no Inductor, flex_attention runs dense", "dense-forward")
             else:
                 self._check("target", "pass", summary)
@@ -190,24 +188,10 @@ class CheckCompileJudge(Judge):
         self._check("call", "fail", f"target raised {error['type']} in {error['phase']}", "target-raised")
 
     # -- dense paths and why ------------------------------------------------------------------
-    def _limit_hit(self) -> dict[str, Any] | None:
-        for record in self.compiles:
-            reason = (record.get("fail_reason") or "").lower()
-            if any(marker in reason for marker in _RECOMPILE_LIMIT_MARKERS):
-                return record
-        return None
-
-    def _skip(self) -> dict[str, Any] | None:
-        for record in self.compiles:
-            reason = record.get("fail_reason") or ""
-            if record.get("fail_type") and _RAISED.search(reason):
-                return record
-        return None
-
     def _fused(self) -> None:
         n_fwd, n_bwd = len(self.dense_fwd), len(self.dense_bwd)
         self.measurements.update(dense_forward_calls=n_fwd, dense_backward_calls=n_bwd)
-        limit, skip = self._limit_hit(), self._skip()
+        limit, skip = recompile_limit_record(self.compiles), skipped_frame_record(self.compiles)
         if limit:
             self._recompile_limit_finding(limit)
         elif skip:
@@ -259,7 +243,7 @@ class CheckCompileJudge(Judge):
 
     def _dense_findings(self) -> None:
         backends = self.obs["target"].get("backends") or {}
-        dense_backends = {name: b for name, b in backends.items() if b in _DENSE_BACKENDS}
+        dense_backends = {name: b for name, b in backends.items() if b in DENSE_BACKENDS}
         if dense_backends:
             names = ", ".join(f"`{n}` (backend={b!r})" for n, b in dense_backends.items())
             cause = (
@@ -340,7 +324,7 @@ class CheckCompileJudge(Judge):
         )
 
     def _skip_finding(self, skip: dict[str, Any]) -> None:
-        match = _RAISED.search(skip.get("fail_reason") or "")
+        match = RAISED.search(skip.get("fail_reason") or "")
         exc = f"{match.group(1)}({match.group(2)})" if match else skip.get("fail_type")
         raised_at = f"{skip.get('fail_user_frame_filename')}:{skip.get('fail_user_frame_lineno')}"
         dense_site = (self.dense_fwd or self.dense_bwd or [{}])[0].get("site")

@@ -13,6 +13,7 @@ from typing import Any
 
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge
+from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, recompile_limit_record, skipped_frame_record
 from dflashdoctor.report import ProbeResult, Where
 
 _FLEX = "flex_attention"
@@ -37,17 +38,28 @@ def _is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+_OUTER_REGION = "inside an outer compiled region"
 _CARRIED = (
-    *("file", "line", "function", "module", "calls", "dense_forward", "training"),
-    *("q_shape", "kv_shape", "dtype", "mask", "mask_sparsity_pct"),
+    *("file", "line", "function", "module", "calls", "compiled_into_graphs", "dense_forward", "dense_backward"),
+    *("training", "backend"),
+    *("q_shape", "kv_shape", "dtype", "mask", "mask_sparsity_pct", "score_matrix_bytes", "dense_peak_bytes"),
 )
 
 
 def _row(site: dict[str, Any], *, origin: str, via: str, impl: str, verdict: str) -> dict[str, Any]:
-    """A report row: what the recorder saw, plus the judged origin, via and verdict."""
+    """A report row: what the recorder saw, plus the judged origin, via and verdict.
+
+    A call inside an outer compiled region runs no Python, so it is counted in graphs, not calls; the
+    judge later claims the dense kernels whose stack passes through it.
+    """
     row = {key: site.get(key) for key in _CARRIED}
-    # Backward dense events are not attributed to their forward site yet: count 0 (issue 3).
-    return {**row, "origin": origin, "via": via, "impl": impl, "verdict": verdict, "dense_backward": 0}
+    if site.get("in_compiled_region"):
+        via = f"{_OUTER_REGION} (backend {site.get('backend')}): {via}"
+    return {**row, "origin": origin, "via": via, "impl": impl, "verdict": verdict, "cause": None}
+
+
+def _ran_dense(site: dict[str, Any]) -> bool:
+    return bool(site.get("dense_forward") or site.get("dense_backward"))
 
 
 def call_site(site: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +72,7 @@ def call_site(site: dict[str, Any]) -> dict[str, Any]:
     else:
         via = f"transformers attention interface: {site['impl']}"
     shown = site["module_class"] if site["impl"] == "module-forward" else site["impl"]
-    verdict = ("dense" if site["dense_forward"] else "fused") if flex else f"not flex ({shown})"
+    verdict = ("dense despite compile" if _ran_dense(site) else "fused") if flex else f"not flex ({shown})"
     origin = _origin(site.get("file")) if site.get("file") else "transformers"
     return _row(site, origin=origin, via=via, impl=site["impl"], verdict=verdict)
 
@@ -70,12 +82,43 @@ def user_site(site: dict[str, Any]) -> dict[str, Any]:
     names = ", ".join(f"`{n}`" for n in site["wrapper_names"]) or "an unnamed wrapper"
     if site["via"] == "compiled wrapper":
         via = f"user compiled wrapper {names} (torch.compile at {site['compiled_at']}, backend {site['backend']})"
-        verdict = "dense despite compile" if site["dense_forward"] else "fused"
+        verdict = "dense despite compile" if _ran_dense(site) else "fused"
     else:
-        via = "raw flex_attention (not compiled)"
-        verdict = "dense" if site["dense_forward"] else "fused"
+        via = "raw flex_attention" + ("" if site.get("in_compiled_region") else " (not compiled)")
+        verdict = "dense" if _ran_dense(site) else "fused"
     row = _row(site, origin=_origin(site["file"]), via=via, impl=_FLEX, verdict=verdict)
     return {**row, "wrapper_names": site["wrapper_names"]}
+
+
+def dense_cause(row: dict[str, Any], obs: dict[str, Any]) -> str:
+    """Why a flex site ran dense, from how it was called and what dynamo recorded."""
+    backend = row.get("backend")
+    if row["via"].startswith("raw flex_attention"):
+        return "never compiled: flex_attention called directly runs its dense kernel"
+    if backend in DENSE_BACKENDS:
+        return f"eager backend: torch.compile(backend={backend!r}) never reaches Inductor, so flex runs dense"
+    if obs.get("dynamo_disabled"):
+        return "dynamo disabled (TORCHDYNAMO_DISABLE=1 or torch._dynamo.config.disable): nothing is compiled"
+    compiles = obs.get("compiles") or []
+    limit = recompile_limit_record(compiles)
+    if limit:
+        reason = (limit.get("fail_reason") or "").strip().splitlines()[0]
+        return f"recompile limit: dynamo gave up on `{limit.get('co_name')}` and runs it eagerly ({reason})"
+    skipped = skipped_frame_record(compiles)
+    if skipped:
+        return f"skipped frame: `{skipped.get('co_name')}` raised while compiling; dynamo runs it eagerly from then on"
+    return "unknown: no eager backend, recompile limit or skipped frame was recorded"
+
+
+def _size(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / 2**30:.3g} GiB" if n >= 2**28 else f"{n / 2**20:.3g} MiB"
+
+
+def _memory_note(site: dict[str, Any]) -> str:
+    note = f"Each dense call builds a float32 score matrix of {_size(site['score_matrix_bytes'])}"
+    if site.get("dense_peak_bytes") is not None:
+        note += f"; the costliest raised CUDA memory by {_size(site['dense_peak_bytes'])} at its peak"
+    return note + "."
 
 
 def _site_where(site: dict[str, Any]) -> Where:
@@ -92,6 +135,31 @@ class TraceAttentionJudge(Judge):
         parts = [p for p in (self.model, self.drafter, self.script) if p]
         self.sites = [call_site(s) for part in parts for s in part["sites"]]
         self.sites += [user_site(s) for part in parts for s in part.get("flex_sites", [])]
+        self.unclaimed = [e for e in obs.get("dense_events", []) if not e.get("forward_site")]
+        self._claim_outer_region_events()
+        for row in self.sites:
+            if row["impl"] == _FLEX and _ran_dense(row):
+                row["cause"] = dense_cause(row, obs)
+
+    def _claim_outer_region_events(self) -> None:
+        """Dense forward kernels run from inside an outer compiled graph belong to the site whose
+        file and function are on their stack (the graph runs in the user's frame)."""
+        for row in self.sites:
+            if not row["via"].startswith(_OUTER_REGION):
+                continue
+            frame = (f"{row['file']}:", f" in {row['function']}")
+            mine = [
+                e
+                for e in self.unclaimed
+                if e["kind"] == "forward" and any(s.startswith(frame[0]) and s.endswith(frame[1]) for s in e["stack"])
+            ]
+            if mine:
+                row["dense_forward"] = len(mine)
+                row["score_matrix_bytes"] = max(e["score_matrix_bytes"] for e in mine)
+                peaks = [e["peak_bytes"] for e in mine if e["peak_bytes"] is not None]
+                row["dense_peak_bytes"] = max(peaks) if peaks else None
+                row["verdict"] = "dense despite compile"
+                self.unclaimed = [e for e in self.unclaimed if e not in mine]
 
     def judge(self) -> ProbeResult:
         self._instrumentation()
@@ -103,7 +171,7 @@ class TraceAttentionJudge(Judge):
         if self.script:
             self._script()
         self._flex_sites()
-        self._dense_backward()
+        self._unclaimed_dense()
         self._graph_breaks()
         self._bypasses()
         self.measurements["call_sites"] = self.sites
@@ -201,30 +269,54 @@ class TraceAttentionJudge(Judge):
         self.measurements["graph_breaks"] = breaks
         self._graph_break_check(breaks, "in the traced run (the recorders add none)")
 
-    def _dense_backward(self) -> None:
-        """Dense backward kernels, counted from the dense-path hook.
-
-        They are not attributed to a forward site yet (issue 3), so they form one finding that names
-        the phase and the first frame outside torch (on CUDA the autograd thread often has none).
-        """
-        events = [e for e in self.obs.get("dense_events", []) if e["kind"] == "backward"]
-        if not events:
-            return
-        first = events[0]
-        self.findings.append(
-            finding(
-                "dense-backward",
-                f"flex_attention backward ran the dense kernel {len(events)} times",
-                detail=(
-                    f"First in {first['phase']} for q {first['q_shape']} kv {first['kv_shape']} {first['dtype']}, "
-                    f"building a float32 score matrix of {first['score_matrix_bytes'] / 2**20:.1f} MiB per call. "
-                    "The forward sites marked dense above are the likely source."
-                ),
-                where=Where(**first["site"]) if first.get("site") else None,
-                evidence={"dense_backward_calls": len(events), "phases": sorted({e["phase"] for e in events})},
-                fix="Fix the dense forward sites; a fused forward under torch.compile also fuses its backward.",
+    def _unclaimed_dense(self) -> None:
+        """Dense kernels no recorded call site claimed (a call no recorder sees, such as one through
+        a reference bound before tracing started): one finding per direction, with the phase and
+        the first frame outside torch, if any."""
+        for direction in ("forward", "backward"):
+            events = [e for e in self.unclaimed if e["kind"] == direction]
+            if not events:
+                continue
+            first = events[0]
+            self.findings.append(
+                finding(
+                    f"dense-{direction}",
+                    f"flex_attention {direction} ran the dense kernel {len(events)} times for calls no recorder saw",
+                    detail=(
+                        f"First in {first['phase']} for q {first['q_shape']} kv {first['kv_shape']} {first['dtype']}, "
+                        f"building a float32 score matrix of {_size(first['score_matrix_bytes'])} per call. The "
+                        "calls went through a flex_attention reference bound before tracing started, or ran inside "
+                        "a compiled region the recorders could not see."
+                    ),
+                    where=Where(**first["site"]) if first.get("site") else None,
+                    evidence={f"dense_{direction}_calls": len(events), "events": events[:8]},
+                    fix="Call flex_attention through a wrapper compiled once with the default (Inductor) backend; "
+                    "a fused forward under torch.compile also fuses its backward.",
+                )
             )
-        )
+
+    def _dense_site_findings(self, site: dict[str, Any]) -> None:
+        """One finding per dense direction of a site, with its cause and what it cost."""
+        name = site["module"] or site["function"]
+        for direction in ("forward", "backward"):
+            count = site[f"dense_{direction}"]
+            if not count:
+                continue
+            of_calls = direction == "forward" and site["calls"]
+            times = f"{count} of {site['calls']} calls" if of_calls else f"{count} times"
+            self.findings.append(
+                finding(
+                    f"dense-{direction}",
+                    f"{name}: flex_attention {direction} ran the dense kernel ({times})",
+                    detail=f"Called through {site['via']}. Cause: {site['cause']}. {_memory_note(site)} "
+                    f"Verdict: {site['verdict']}.",
+                    where=_site_where(site),
+                    evidence=site,
+                    fix="Call flex_attention through a wrapper compiled once with the default (Inductor) backend; "
+                    "`dflashdoctor check-compile` on that wrapper proves it fused and names recompile-limit and "
+                    "skipped-frame causes.",
+                )
+            )
 
     def _flex_sites(self) -> None:
         flex = [s for s in self.sites if s["impl"] == _FLEX]
@@ -245,28 +337,19 @@ class TraceAttentionJudge(Judge):
                     fix=_HF_FLEX_FIX,
                 )
             )
-        dense = [s for s in flex if s["dense_forward"]]
+        dense = [s for s in flex if _ran_dense(s)]
         for site in dense:
-            self.findings.append(
-                finding(
-                    "dense-forward",
-                    f"{site['module'] or site['function']}: flex_attention forward ran the dense kernel "
-                    f"({site['dense_forward']} of {site['calls']} calls)",
-                    detail=f"Called through {site['via']}; the call executed flex_attention's dense kernel, "
-                    "which builds the whole score matrix. Verdict: " + site["verdict"] + ".",
-                    where=_site_where(site),
-                    evidence=site,
-                    fix="Call flex_attention through a wrapper compiled once with the default backend; "
-                    "`dflashdoctor check-compile` on that wrapper names recompile-limit and skipped-frame causes.",
-                )
-            )
+            self._dense_site_findings(site)
         self._repeat_kv(hf)
         calls = sum(s["calls"] for s in flex)
+        in_graphs = sum(s["via"].startswith(_OUTER_REGION) for s in flex)
         self._check(
             "flex calls",
             "fail" if dense else "pass",
-            f"{len(flex)} sites, {calls} calls: {len(dense)} sites dense, {len(flex) - len(dense)} fused",
+            f"{len(flex)} sites ({in_graphs} inside compiled graphs), {calls} eager calls: "
+            f"{len(dense)} sites dense, {len(flex) - len(dense)} fused",
             "dense-forward",
+            "dense-backward",
             "hf-internal-flex-path",
         )
 

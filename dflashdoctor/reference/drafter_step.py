@@ -68,8 +68,21 @@ class DFlashDrafter(nn.Module):
         return draft
 
 
-def drafter_step(config: Any, device: str, dtype: torch.dtype, fault: str | None, backward: bool) -> None:
-    """One training step of a drafter shaped like `config` (a Qwen3-style drafter config)."""
+def make_drafter_step(
+    config: Any,
+    device: str,
+    dtype: torch.dtype,
+    fault: str | None,
+    backward: bool,
+    *,
+    blocks: int = 4,
+    context_len: int = 192,
+) -> tuple[DFlashDrafter, Callable[[], None]]:
+    """A drafter shaped like `config` (a Qwen3-style drafter config) and one training step of it.
+
+    The step is a closure over fixed inputs, so it can be timed over repeats; each call is forward
+    and, with `backward`, backward.
+    """
     from dflashdoctor.reference.drafter import drafter_block_mask
 
     if fault is not None and fault not in DRAFTER_FAULTS:
@@ -83,13 +96,16 @@ def drafter_step(config: Any, device: str, dtype: torch.dtype, fault: str | None
         fault,
     ).to(device=device, dtype=dtype)
     drafter.train()
-    blocks, context_len = 4, 192
     q_len = blocks * BLOCK_SIZE
     generator = torch.Generator().manual_seed(0)
     draft = torch.randn(1, q_len, config.hidden_size, generator=generator).to(device=device, dtype=dtype)
     context = torch.randn(1, context_len, config.hidden_size, generator=generator).to(device=device, dtype=dtype)
     mask = drafter_block_mask(q_len, context_len + q_len, device)
-    with torch.set_grad_enabled(backward):
-        out = drafter(draft, context, mask)
-        if backward:
-            out.float().pow(2).mean().backward()
+
+    def step() -> None:
+        with torch.set_grad_enabled(backward):
+            out = drafter(draft, context, mask)
+            if backward:
+                out.float().pow(2).mean().backward()
+
+    return drafter, step

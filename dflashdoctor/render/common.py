@@ -60,5 +60,7 @@ def site_rows(measurements: dict[str, Any]) -> list[tuple[str, ...]]:
     rows = []
     for site in measurements.get("call_sites") or []:
         where = f"{site.get('file')}:{site.get('line')}" if site.get("file") else ""
-        rows.append((site["module"], site["impl"], str(site["calls"]), site["verdict"], site.get("origin", ""), where))
+        graphs = site.get("compiled_into_graphs")
+        calls = f"in {graphs} graph{'s' * (graphs > 1)}" if graphs and not site["calls"] else str(site["calls"])
+        rows.append((site["module"], site["impl"], calls, site["verdict"], site.get("origin", ""), where))
     return rows

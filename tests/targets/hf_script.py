@@ -1,7 +1,9 @@
 """A user training script: a tiny HF Qwen3 on transformers' flex path, plus a drafter of its own that
 calls its own compiled flex_attention wrapper. trace-attention should list both paths as separate sites.
 
-Flags: --raw makes the drafter call flex_attention itself (dense); --fail raises after the steps.
+Flags: --raw makes the drafter call flex_attention itself (dense); --fail raises after the steps;
+--compile-models wraps both models in torch.compile, so every attention call runs inside an outer
+compiled region.
 """
 
 import sys
@@ -46,6 +48,8 @@ def main() -> None:
     )
     target = AutoModelForCausalLM.from_config(config, attn_implementation="flex_attention")
     drafter = Drafter()
+    if "--compile-models" in sys.argv:
+        target, drafter = torch.compile(target), torch.compile(drafter)
     with torch.no_grad():  # flex_attention has no CPU backward
         target(input_ids=torch.randint(0, 256, (1, 32)))
         drafter(torch.randn(1, 32, 64))
