@@ -116,7 +116,9 @@ def trace_attention_command(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     backward: Annotated[bool, typer.Option("--backward/--no-backward", help="Also run backward.")] = True,
     steps: Annotated[int, typer.Option(help="Training steps to trace.")] = 1,
-    seq_len: Annotated[int, typer.Option(help="Tokens per step.")] = 256,
+    seq_len: Annotated[
+        int, typer.Option(help="Tokens per step; the drafter drafts a quarter as many over this context.")
+    ] = 256,
     python: PythonOpt = None,
     timeout: TimeoutOpt = 900.0,
     json_output: JsonOpt = False,

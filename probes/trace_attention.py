@@ -31,9 +31,10 @@ from dflashdoctor.hooks.hf_attention import HFAttentionRecorder, kernel_impl
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
-from dflashdoctor.reference.drafter_step import make_drafter_step
+from dflashdoctor.reference.drafter_step import BLOCK_SIZE, make_drafter_step
 
 _WANTED = "flex_attention"
+_GRADIENT_ROOM = 1.25  # gradients as large as the weights, plus a quarter for activations
 
 
 def _scale(settings: dict[str, Any], device: str) -> str:
@@ -81,27 +82,53 @@ def _layers(model: torch.nn.Module, config: Any, recorder: HFAttentionRecorder) 
     return rows
 
 
+def _why_no_backward(model: torch.nn.Module, device: str, impl: str) -> str | None:
+    """Why the model's backward cannot run here, or None when it can.
+
+    flex_attention has no CPU backward (and refuses even a forward whose inputs require grad). On a
+    GPU, gradients take as much memory as the weights again: a full-size target may not fit twice.
+    """
+    if device == "cpu" and impl == _WANTED:
+        return "flex_attention has no backward on the CPU"
+    if device != "cuda":
+        return None
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    free, _ = torch.cuda.mem_get_info()
+    if weights * _GRADIENT_ROOM > free:
+        return (
+            f"gradients of {weights / 2**30:.1f} GiB would not fit beside the weights "
+            f"({free / 2**30:.1f} GiB free on the GPU): forward only"
+        )
+    return None
+
+
 def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
     scale = _scale(settings, device)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model, refusal = _build(lambda: build_config(settings["model"], scale), device, dtype)
     config = model.config
     impl = config._attn_implementation
-    # flex_attention has no CPU backward, and refuses even a forward whose inputs require grad.
-    backward = settings["backward"] and not (device == "cpu" and impl == _WANTED)
+    no_backward = _why_no_backward(model, device, impl) if settings["backward"] else "not asked for"
+    backward = no_backward is None
     model.train()
     namer.add_root(model)
     seq_len = settings["seq_len"]
     generator = torch.Generator().manual_seed(0)
+    error = None
     with HFAttentionRecorder(model, dense, namer) as recorder:
-        for step in range(settings["steps"]):
-            dense.phase = f"model:step{step}"
-            ids = torch.randint(0, config.vocab_size, (1, seq_len), generator=generator).to(device)
-            with torch.set_grad_enabled(backward):
-                out = model(input_ids=ids, labels=ids)
-                if backward:
-                    out.loss.backward()
+        try:
+            for step in range(settings["steps"]):
+                dense.phase = f"model:step{step}"
+                ids = torch.randint(0, config.vocab_size, (1, seq_len), generator=generator).to(device)
+                with torch.set_grad_enabled(backward):
+                    out = model(input_ids=ids, labels=ids)
+                    if backward:
+                        out.loss.backward()
+        except Exception as exc:  # kept as a finding with the layers and sites seen so far
+            error = _error_record(exc)
     return {
+        "error": error,
+        "no_backward": no_backward,
         "model": settings["model"],
         "scale": scale,
         "model_class": type(model).__name__,
@@ -179,12 +206,17 @@ def _trace_drafter(
     config = build_config("qwen27b-dflash", scale)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     backward = settings["backward"] and device != "cpu"  # flex_attention has no CPU backward
+    # The drafter reads the target's hidden states as context and drafts a quarter as many tokens.
+    context_len = settings["seq_len"]
+    blocks = max(1, context_len // (4 * BLOCK_SIZE))
     _bind_transformers_first()
     dense.phase = "drafter"
     error = None
     with HFAttentionRecorder(None, dense, namer) as hf, FlexCallRecorder(dense, namer) as flex:
         try:
-            _, step = make_drafter_step(config, device, dtype, settings.get("drafter_fault"), backward)
+            _, step = make_drafter_step(
+                config, device, dtype, settings.get("drafter_fault"), backward, blocks=blocks, context_len=context_len
+            )
             for _ in range(settings["steps"]):
                 step()
         except Exception as exc:  # kept as a finding with the sites seen so far
@@ -195,6 +227,8 @@ def _trace_drafter(
         "fault": settings.get("drafter_fault"),
         "scale": scale,
         "backward": backward,
+        "q_len": blocks * BLOCK_SIZE,
+        "context_len": context_len,
         "sites": [site.to_dict() for site in hf.sites.values()],
         "flex_sites": [site.to_dict() for site in flex.sites.values()],
         "hook_unavailable": hf.unavailable,

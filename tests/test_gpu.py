@@ -1,4 +1,5 @@
-"""check-compile on a real GPU: fused forward and backward proven, each planted fault named.
+"""check-compile and trace-attention on a real GPU: fused forward and backward proven, each planted
+fault named at its call site.
 
 Run on a CUDA machine with `python -m pytest -m gpu`. With DFLASHDOCTOR_EVIDENCE_DIR set, each
 test keeps its report directory there under the test's name (how reports/examples/ is made).
@@ -6,6 +7,7 @@ test keeps its report directory there under the test's name (how reports/example
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -19,13 +21,26 @@ ENTRY = "flex_attention_forward"
 
 
 @pytest.fixture
-def gpu_cli(request, tmp_path):
-    evidence = os.environ.get("DFLASHDOCTOR_EVIDENCE_DIR")
-    base = Path(evidence) / request.node.name.removeprefix("test_") if evidence else tmp_path
+def evidence(request, tmp_path) -> Path:
+    """Where a test's report goes: the evidence folder under the test's name, else a temporary one."""
+    root = os.environ.get("DFLASHDOCTOR_EVIDENCE_DIR")
+    base = Path(root) / request.node.name.removeprefix("test_") if root else tmp_path
     base.mkdir(parents=True, exist_ok=True)
+    return base
 
+
+@pytest.fixture
+def gpu_cli(evidence):
     def invoke(*args: str):
-        return run_cli(base, "check-compile", "--device", "cuda", *args)
+        return run_cli(evidence, "check-compile", "--device", "cuda", *args)
+
+    return invoke
+
+
+@pytest.fixture
+def trace(evidence):
+    def invoke(*args: str):
+        return run_cli(evidence, "trace-attention", "--device", "cuda", *args)
 
     return invoke
 
@@ -82,22 +97,70 @@ def test_dense_call_out_of_memory_is_a_finding(gpu_cli):
     assert "dense-forward" in run.codes()
 
 
-def _trace(tmp_path, *args: str):
-    return run_cli(tmp_path, "trace-attention", "--device", "cuda", "--scale", "tiny", *args)
+DRAFTER_SITES = [f"layers.{i}.self_attn" for i in range(5)]
+DRAFTER_WRAPPER = "dflashdoctor.reference.drafter:_compiled_flex_attention"
 
 
-def test_trace_drafter_step_is_fused_forward_and_backward(tmp_path):
-    run = _trace(tmp_path, "--model", "qwen27b", "--drafter")
+def _drafter_sites(run) -> list[dict]:
+    sites = run.report["results"][0]["measurements"]["call_sites"]
+    return [s for s in sites if s["module"] in DRAFTER_SITES]
+
+
+def test_trace_qwen27b_full_scale_runs_the_real_target(trace):
+    run = trace("--model", "qwen27b", "--scale", "full", "--no-backward", "--seq-len", "512")
+    assert run.code == 0, run.stdout + run.stderr
+    measurements = run.report["results"][0]["measurements"]
+    assert measurements["parameters"] > 25e9 and measurements["scale"] == "full"
+    layers = measurements["layers"]
+    assert len(layers) == 64
+    full = [layer for layer in layers if layer["kind"] == "full_attention"]
+    assert [layer["module"] for layer in full] == [f"model.layers.{i}.self_attn" for i in range(3, 64, 4)]
+    assert {layer["impl"] for layer in full} == {"sdpa"}
+    linear_impl = "fla kernel" if importlib.util.find_spec("fla") else "torch fallback"
+    assert {layer["impl"] for layer in layers if layer["kind"] == "linear_attention"} == {linear_impl}
+    assert "flex-unsupported-model" in run.codes()
+
+
+def test_trace_drafter_step_is_fused_forward_and_backward(trace):
+    run = trace("--model", "qwen27b", "--scale", "tiny", "--drafter", "--expect-wrapper", DRAFTER_WRAPPER)
     assert run.code == 0, run.stdout + run.stderr
     assert run.report["results"][0]["measurements"]["drafter"]["backward"] is True
-    sites = [s for s in run.report["results"][0]["measurements"]["call_sites"] if s["module"].startswith("layers.")]
-    assert len(sites) == 5 and all(s["verdict"] == "fused" for s in sites)
-    assert "dense-backward" not in run.codes()
+    sites = _drafter_sites(run)
+    assert [s["module"] for s in sites] == DRAFTER_SITES
+    assert all(s["verdict"] == "fused" and s["dense_backward"] == 0 for s in sites)
+    assert not {"dense-forward", "dense-backward", "bypasses-wrapper"} & run.codes()
 
 
-def test_trace_drafter_eager_wrapper_is_dense_forward_and_backward(tmp_path):
-    run = _trace(tmp_path, "--model", "qwen27b", "--drafter", "--drafter-fault", "eager-wrapper")
+def test_trace_drafter_on_hf_flex_path_bypasses_the_wrapper(trace):
+    run = trace(
+        *("--model", "qwen27b", "--scale", "tiny", "--drafter", "--drafter-fault", "hf-flex-path"),
+        *("--expect-wrapper", DRAFTER_WRAPPER),
+    )
     assert run.code == 1
-    assert len(run.findings("dense-forward")) == 5
-    (backward,) = run.findings("dense-backward")
-    assert backward["evidence"]["dense_backward_calls"] == 5
+    (bypass,) = run.findings("bypasses-wrapper")
+    assert [s["module"] for s in bypass["evidence"]["sites"]] == DRAFTER_SITES
+    assert not {"dense-forward", "dense-backward"} & run.codes()  # HF's singleton is compiled: fused both ways
+
+
+def test_trace_drafter_eager_wrapper_is_dense_backward_at_each_module(trace):
+    run = trace("--model", "qwen27b", "--scale", "tiny", "--drafter", "--drafter-fault", "eager-wrapper")
+    assert run.code == 1
+    assert [f["where"]["module"] for f in run.findings("dense-forward")] == DRAFTER_SITES
+    backward = run.findings("dense-backward")
+    assert [f["where"]["module"] for f in backward] == DRAFTER_SITES  # charged to the forward call sites
+    for dense in backward:
+        site = dense["evidence"]
+        assert site["dense_backward"] == 1 and site["cause"].startswith("eager backend")
+        assert site["dense_peak_bytes"] >= site["score_matrix_bytes"] > 0
+        assert "raised CUDA memory by" in dense["detail"]
+
+
+def test_trace_hf_flex_model_training_step_is_fused_both_ways(trace):
+    run = trace("--model", "qwen3", "--scale", "tiny", "--steps", "2")
+    assert run.code == 0, run.stdout + run.stderr
+    measurements = run.report["results"][0]["measurements"]
+    assert measurements["backward"] is True
+    sites = measurements["call_sites"]
+    assert [s["module"] for s in sites] == [f"model.layers.{i}.self_attn" for i in range(4)]
+    assert all(s["verdict"] == "fused" and s["calls"] == 2 and s["training"] for s in sites)
+    assert not {"dense-forward", "dense-backward"} & run.codes()

@@ -21,7 +21,7 @@ DEFAULT_MODEL = "qwen27b"
 
 @dataclass
 class TraceAttentionOptions:
-    model: str | None = None  # None: DEFAULT_MODEL unless a script is traced
+    model: str | None = None  # None: DEFAULT_MODEL unless a script or the drafter is traced
     script: str | None = None
     script_args: list[str] = field(default_factory=list)
     expect_wrapper: str | None = None
@@ -75,7 +75,7 @@ def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
 
 
 def trace_attention(options: TraceAttentionOptions, argv: list[str]) -> Report:
-    if options.model is None and options.script is None:
+    if options.model is None and options.script is None and not options.drafter:
         options = replace(options, model=DEFAULT_MODEL)
     validate(options)
     python = probe_python(options.python)

@@ -198,12 +198,15 @@ class TraceAttentionJudge(Judge):
                 for key in ("model", "model_class", "scale", "parameters", "attn_implementation", "seq_len", "backward")
             }
         )
+        steps = "forward and backward" if model["backward"] else f"forward only ({model['no_backward']})"
         self._check(
             "model",
             "info",
             f"{model['model_class']} ({model['model_type']}, {model['parameters'] / 1e6:.3g}M parameters, "
-            f"{model['scale']} scale, attention {model['attn_implementation']})",
+            f"{model['scale']} scale, attention {model['attn_implementation']}), {steps}",
         )
+        if model.get("error"):
+            self._raised("model step", f"the {model['model']} training step", model["error"], None)
 
     def _layers(self) -> None:
         layers = self.model["layers"]
@@ -234,9 +237,12 @@ class TraceAttentionJudge(Judge):
     def _drafter(self) -> None:
         drafter = self.drafter
         fault = drafter["fault"] or "none"
-        self.measurements["drafter"] = {k: drafter[k] for k in ("fault", "scale", "backward")}
+        self.measurements["drafter"] = {k: drafter[k] for k in ("fault", "scale", "backward", "q_len", "context_len")}
         steps = "forward and backward" if drafter["backward"] else "forward only (no flex backward on CPU)"
-        what = f"reference DFlash drafter step, {drafter['scale']} scale, {steps}, fault {fault}"
+        what = (
+            f"reference DFlash drafter step, {drafter['scale']} scale, {drafter['q_len']} draft tokens over "
+            f"{drafter['context_len']} context, {steps}, fault {fault}"
+        )
         if drafter.get("error"):
             self._raised("drafter", "the reference drafter step", drafter["error"], None)
         else:
@@ -346,7 +352,7 @@ class TraceAttentionJudge(Judge):
         self._check(
             "flex calls",
             "fail" if dense else "pass",
-            f"{len(flex)} sites ({in_graphs} inside compiled graphs), {calls} eager calls: "
+            f"{len(flex)} sites{f' ({in_graphs} inside compiled graphs)' if in_graphs else ''}, {calls} eager calls: "
             f"{len(dense)} sites dense, {len(flex) - len(dense)} fused",
             "dense-forward",
             "dense-backward",
