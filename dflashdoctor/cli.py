@@ -117,7 +117,7 @@ def trace_attention_command(
     backward: Annotated[bool, typer.Option("--backward/--no-backward", help="Also run backward.")] = True,
     steps: Annotated[int, typer.Option(help="Training steps to trace.")] = 1,
     seq_len: Annotated[
-        int, typer.Option(help="Tokens per step; the drafter drafts a quarter as many over this context.")
+        int, typer.Option(help="Tokens per step; the drafter drafts a quarter as many (128 or more) over them.")
     ] = 256,
     python: PythonOpt = None,
     timeout: TimeoutOpt = 900.0,

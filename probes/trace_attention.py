@@ -34,6 +34,7 @@ from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
 from dflashdoctor.reference.drafter_step import BLOCK_SIZE, make_drafter_step
 
 _WANTED = "flex_attention"
+_MIN_DRAFT_BLOCKS = 8  # 128 draft tokens
 _GRADIENT_ROOM = 1.25  # gradients as large as the weights, plus a quarter for activations
 
 
@@ -108,7 +109,12 @@ def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder
     model, refusal = _build(lambda: build_config(settings["model"], scale), device, dtype)
     config = model.config
     impl = config._attn_implementation
-    no_backward = _why_no_backward(model, device, impl) if settings["backward"] else "not asked for"
+    if not settings["backward"]:
+        no_backward: str | None = "not asked for"
+    elif settings.get("drafter"):
+        no_backward = "the target of a drafter is frozen: forward under no_grad, as in DFlash training"
+    else:
+        no_backward = _why_no_backward(model, device, impl)
     backward = no_backward is None
     model.train()
     namer.add_root(model)
@@ -206,9 +212,11 @@ def _trace_drafter(
     config = build_config("qwen27b-dflash", scale)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     backward = settings["backward"] and device != "cpu"  # flex_attention has no CPU backward
-    # The drafter reads the target's hidden states as context and drafts a quarter as many tokens.
+    # The drafter reads the target's hidden states as context and drafts a quarter as many tokens, at
+    # least 128: for fewer queries, torch 2.11's flex_attention template has no valid config on an
+    # H200 (NoValidChoicesError measured at 64 queries; 128 compiles).
     context_len = settings["seq_len"]
-    blocks = max(1, context_len // (4 * BLOCK_SIZE))
+    blocks = max(_MIN_DRAFT_BLOCKS, context_len // (4 * BLOCK_SIZE))
     _bind_transformers_first()
     dense.phase = "drafter"
     error = None

@@ -2,11 +2,13 @@
 
 A call made from inside `Module.forward` has the module as `self` in the calling frames; the
 outermost such `self` is the root model, and `root.named_modules()` names the innermost one.
-Walking frames happens once per new module; names are cached per root.
+Walking frames happens once per new module; names are cached per root, weakly: a model freed
+between traced parts must not lend its names to new modules that reuse its objects' ids.
 """
 
 from __future__ import annotations
 
+import weakref
 from types import FrameType
 
 import torch
@@ -16,25 +18,25 @@ _MAX_FRAMES = 200
 
 class ModuleNamer:
     def __init__(self) -> None:
-        self._names: dict[int, str] = {}
-        self._named_roots: set[int] = set()
+        self._names: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
+        self._named_roots: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
     def add_root(self, root: torch.nn.Module) -> None:
         """Name a model's modules up front (its hooks fire where no caller frame holds the root)."""
         self._name_root(root)
 
     def _name_root(self, root: torch.nn.Module) -> None:
-        if id(root) in self._named_roots:
+        if root in self._named_roots:
             return
-        self._named_roots.add(id(root))
+        self._named_roots.add(root)
         for name, module in root.named_modules():
             # torch.compile's OptimizedModule holds the model as `_orig_mod`: name it as the model.
             name = ".".join(part for part in name.split(".") if part != "_orig_mod")
-            self._names.setdefault(id(module), name or type(module).__name__)
+            self._names.setdefault(module, name or type(module).__name__)
 
     def name(self, module: torch.nn.Module, frame: FrameType | None) -> str:
         """The module's dotted name under its outermost calling module, else its class name."""
-        if id(module) not in self._names:
+        if module not in self._names:
             outermost = None
             for _ in range(_MAX_FRAMES):
                 if frame is None:
@@ -45,7 +47,7 @@ class ModuleNamer:
                 frame = frame.f_back
             if outermost is not None:
                 self._name_root(outermost)
-        return self._names.get(id(module), type(module).__name__)
+        return self._names.get(module, type(module).__name__)
 
     def calling_module(self, frame: FrameType | None) -> str | None:
         """The name of the innermost module whose forward is on the stack above `frame`."""
