@@ -213,8 +213,8 @@ def _trace_drafter(
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     backward = settings["backward"] and device != "cpu"  # flex_attention has no CPU backward
     # The drafter reads the target's hidden states as context and drafts a quarter as many tokens, at
-    # least 128: for fewer queries, torch 2.11's flex_attention template has no valid config on an
-    # H200 (NoValidChoicesError measured at 64 queries; 128 compiles).
+    # least 128: fewer queries take Inductor's flex-decoding kernel, which on torch 2.11 and an H200
+    # has no valid config for a training call (NoValidChoicesError measured at 64 queries).
     context_len = settings["seq_len"]
     blocks = max(_MIN_DRAFT_BLOCKS, context_len // (4 * BLOCK_SIZE))
     _bind_transformers_first()

@@ -22,6 +22,6 @@ trace h200-trace-qwen27b-drafter --model qwen27b --drafter --expect-wrapper "$wr
 trace h200-trace-drafter-healthy --drafter --seq-len 8192 --expect-wrapper "$wrapper"
 trace h200-trace-drafter-hf-flex-path --drafter --drafter-fault hf-flex-path --seq-len 8192 --expect-wrapper "$wrapper"
 trace h200-trace-drafter-eager-wrapper --drafter --drafter-fault eager-wrapper --seq-len 8192
-python3 benchmarks/trace_overhead.py --device cuda --repeats 7 2>&1 | tee "$OUT/trace_overhead.txt"
-python3 benchmarks/trace_overhead.py --device cuda --repeats 7 --context 192 --blocks 4 2>&1 | tee -a "$OUT/trace_overhead.txt"
+python3 benchmarks/trace_overhead.py --device cuda 2>&1 | tee "$OUT/trace_overhead.txt"
+python3 benchmarks/trace_overhead.py --device cuda --context 8192 --blocks 128 2>&1 | tee -a "$OUT/trace_overhead.txt"
 tar czf "$OUT/trace-evidence.tgz" -C "$reports" .

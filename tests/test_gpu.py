@@ -151,7 +151,7 @@ def test_trace_drafter_eager_wrapper_is_dense_backward_at_each_module(trace):
     for dense in backward:
         site = dense["evidence"]
         assert site["dense_backward"] == 1 and site["cause"].startswith("eager backend")
-        assert site["dense_peak_bytes"] >= site["score_matrix_bytes"] > 0
+        assert site["dense_backward_peak_bytes"] >= site["score_matrix_bytes"] > 0
         assert "raised CUDA memory by" in dense["detail"]
 
 

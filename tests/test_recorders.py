@@ -69,7 +69,7 @@ def test_dense_backward_is_charged_to_the_forward_call_that_caused_it():
     assert (first.dense_backward, second.dense_backward) == (1, 1)
     backward = [e for e in dense.events if e.kind == "backward"]
     assert [e.forward_site["module"] for e in backward] == ["second", "first"]  # backward runs in reverse
-    assert first.dense_peak_bytes >= first.score_matrix_bytes == 2 * 256 * 256 * 4
+    assert first.dense_backward_peak_bytes >= first.score_matrix_bytes == 2 * 256 * 256 * 4
     assert x.grad is not None and x.grad.abs().sum() > 0
 
 

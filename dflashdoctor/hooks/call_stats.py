@@ -43,7 +43,8 @@ class CallStats:
     compiled_into_graphs: int = 0  # times dynamo traced this site into such a graph
     dense_forward: int = 0
     dense_backward: int = 0
-    dense_peak_bytes: int | None = None  # the most CUDA memory one dense kernel of this site added
+    dense_forward_peak_bytes: int | None = None  # the most CUDA memory one dense forward kernel added
+    dense_backward_peak_bytes: int | None = None  # likewise for the backward kernel
     score_matrix_bytes: int = 0  # float32 scores one dense kernel of this site builds
     training: bool | None = None
     q_shape: list[Any] = field(default_factory=list)  # symbolic sizes as text when traced in a graph
@@ -85,5 +86,6 @@ class CallStats:
         """Take the event's cost; return where this site is, for the event to carry."""
         self.score_matrix_bytes = max(self.score_matrix_bytes, event.score_matrix_bytes)
         if event.peak_bytes is not None:
-            self.dense_peak_bytes = max(self.dense_peak_bytes or 0, event.peak_bytes)
+            field_name = f"dense_{event.kind}_peak_bytes"
+            setattr(self, field_name, max(getattr(self, field_name) or 0, event.peak_bytes))
         return {key: getattr(self, key, None) for key in ("file", "line", "function", "module")}

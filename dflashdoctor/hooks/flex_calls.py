@@ -169,7 +169,8 @@ class FlexCallRecorder:
         return recording_flex
 
     def name_wrappers(self, namespaces: dict[str, dict[str, Any]]) -> None:
-        """Find the module-level names each recording wrapper is bound to, as `label:attr`.
+        """Find the names each recording wrapper is bound to: `label:attr` for a module-level name,
+        `layers.0.self_attn.attr` for an attribute of a named nn.Module.
 
         `namespaces` maps a label to a module's globals: loaded modules are searched as well, but
         a script run as __main__ is gone from sys.modules once it returns, so the caller passes
@@ -184,5 +185,9 @@ class FlexCallRecorder:
             for attr, value in list(space.items()):
                 if self._wrappers.get(id(value)) is value:
                     bindings.setdefault(id(value), []).append(f"{label}:{attr}")
+        for name, module in self.namer.named_modules():  # a wrapper kept on a layer: `layers.0.attn.fn`
+            for attr, value in list(vars(module).items()):
+                if self._wrappers.get(id(value)) is value:
+                    bindings.setdefault(id(value), []).append(f"{name}.{attr}")
         for site in self.sites.values():
             site.wrapper_names = bindings.get(site.wrapper_id or -1, [])

@@ -49,6 +49,10 @@ class ModuleNamer:
                 self._name_root(outermost)
         return self._names.get(module, type(module).__name__)
 
+    def named_modules(self) -> list[tuple[str, torch.nn.Module]]:
+        """Every module named so far that is still alive, with its name."""
+        return [(name, module) for module, name in list(self._names.items())]
+
     def calling_module(self, frame: FrameType | None) -> str | None:
         """The name of the innermost module whose forward is on the stack above `frame`."""
         while frame is not None:

@@ -42,7 +42,8 @@ _OUTER_REGION = "inside an outer compiled region"
 _CARRIED = (
     *("file", "line", "function", "module", "calls", "compiled_into_graphs", "dense_forward", "dense_backward"),
     *("training", "backend"),
-    *("q_shape", "kv_shape", "dtype", "mask", "mask_sparsity_pct", "score_matrix_bytes", "dense_peak_bytes"),
+    *("q_shape", "kv_shape", "dtype", "mask", "mask_sparsity_pct", "score_matrix_bytes"),
+    *("dense_forward_peak_bytes", "dense_backward_peak_bytes"),
 )
 
 
@@ -79,7 +80,8 @@ def call_site(site: dict[str, Any]) -> dict[str, Any]:
 
 def user_site(site: dict[str, Any]) -> dict[str, Any]:
     """The report row of a flex_attention call made through the user's own reference."""
-    names = ", ".join(f"`{n}`" for n in site["wrapper_names"]) or "an unnamed wrapper"
+    shown, more = site["wrapper_names"][:3], len(site["wrapper_names"]) - 3
+    names = ", ".join(f"`{n}`" for n in shown) + (f" and {more} more" if more > 0 else "") or "an unnamed wrapper"
     if site["via"] == "compiled wrapper":
         via = f"user compiled wrapper {names} (torch.compile at {site['compiled_at']}, backend {site['backend']})"
         verdict = "dense despite compile" if _ran_dense(site) else "fused"
@@ -114,10 +116,11 @@ def _size(n: int | None) -> str:
     return "n/a" if n is None else f"{n / 2**30:.3g} GiB" if n >= 2**28 else f"{n / 2**20:.3g} MiB"
 
 
-def _memory_note(site: dict[str, Any]) -> str:
+def _memory_note(site: dict[str, Any], direction: str) -> str:
     note = f"Each dense call builds a float32 score matrix of {_size(site['score_matrix_bytes'])}"
-    if site.get("dense_peak_bytes") is not None:
-        note += f"; the costliest raised CUDA memory by {_size(site['dense_peak_bytes'])} at its peak"
+    peak = site.get(f"dense_{direction}_peak_bytes")
+    if peak is not None:
+        note += f"; the costliest dense {direction} kernel here raised CUDA memory by {_size(peak)} at its peak"
     return note + "."
 
 
@@ -157,7 +160,7 @@ class TraceAttentionJudge(Judge):
                 row["dense_forward"] = len(mine)
                 row["score_matrix_bytes"] = max(e["score_matrix_bytes"] for e in mine)
                 peaks = [e["peak_bytes"] for e in mine if e["peak_bytes"] is not None]
-                row["dense_peak_bytes"] = max(peaks) if peaks else None
+                row["dense_forward_peak_bytes"] = max(peaks) if peaks else None
                 row["verdict"] = "dense despite compile"
                 self.unclaimed = [e for e in self.unclaimed if e not in mine]
 
@@ -314,7 +317,7 @@ class TraceAttentionJudge(Judge):
                 finding(
                     f"dense-{direction}",
                     f"{name}: flex_attention {direction} ran the dense kernel ({times})",
-                    detail=f"Called through {site['via']}. Cause: {site['cause']}. {_memory_note(site)} "
+                    detail=f"Called through {site['via']}. Cause: {site['cause']}. {_memory_note(site, direction)} "
                     f"Verdict: {site['verdict']}.",
                     where=_site_where(site),
                     evidence=site,
