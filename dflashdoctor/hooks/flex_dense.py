@@ -186,13 +186,16 @@ class DenseFlexRecorder:
         def recording_kernel(*args: Any, **kwargs: Any) -> Any:
             event = self._record(kind, args)
             if not (self.measure_memory and event.device.startswith("cuda")):
-                return kernel(*args, **kwargs)
-            import torch
+                result = kernel(*args, **kwargs)
+            else:
+                import torch
 
-            base = torch.cuda.memory_allocated(event.device)
-            torch.cuda.reset_peak_memory_stats(event.device)
-            result = kernel(*args, **kwargs)
-            event.peak_bytes = max(0, torch.cuda.max_memory_allocated(event.device) - base)
+                base = torch.cuda.memory_allocated(event.device)
+                torch.cuda.reset_peak_memory_stats(event.device)
+                result = kernel(*args, **kwargs)
+                event.peak_bytes = max(0, torch.cuda.max_memory_allocated(event.device) - base)
+            if kind == "backward":  # charged once measured; a forward is charged by its call site
+                self._charge_backward(event)
             return result
 
         recording_kernel.__wrapped__ = kernel  # type: ignore[attr-defined]
@@ -215,10 +218,11 @@ class DenseFlexRecorder:
             stack=[f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in frames],
             thread=threading.current_thread().name,
         )
-        if kind == "backward":
-            owner, self._backward_owner = self._backward_owner, None
-            # The shape check keeps a fused call's spent hook from claiming an unrecorded call's backward.
-            if owner is not None and owner.q_shape == q_shape:
-                event.forward_site = owner.charge_backward(event)
         self.events.append(event)
         return event
+
+    def _charge_backward(self, event: DenseEvent) -> None:
+        owner, self._backward_owner = self._backward_owner, None
+        # The shape check keeps a fused call's spent hook from claiming an unrecorded call's backward.
+        if owner is not None and owner.q_shape == event.q_shape:
+            event.forward_site = owner.charge_backward(event)
