@@ -10,6 +10,7 @@ import typer
 
 from dflashdoctor import __version__
 from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compile
+from dflashdoctor.commands.race import RaceOptions, race
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
 from dflashdoctor.errors import BadInput
 from dflashdoctor.models import preset_names
@@ -142,6 +143,37 @@ def trace_attention_command(
         timeout_s=timeout,
     )
     report = trace_attention(options, _argv())
+    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+
+
+@app.command("race")
+def race_command(
+    threads: Annotated[int, typer.Option(help="Threads sharing one autotuner.")] = 2,
+    kernel: Annotated[
+        str, typer.Option(help="Workload: stub (a real triton autotuner, interpreted, no GPU).")
+    ] = "stub",
+    trials: Annotated[int, typer.Option(help="Unforced trials after the forced one, for a failure rate.")] = 5,
+    fix: Annotated[str, typer.Option(help="none, lock (per-instance lock on Autotuner.run) or sequential.")] = "none",
+    seed: Annotated[int, typer.Option(help="Seeds the inputs and the natural trials' jitter.")] = 0,
+    processes: Annotated[int, typer.Option(help="Also run one process per worker over gloo (0: off).")] = 0,
+    python: PythonOpt = None,
+    timeout: TimeoutOpt = 600.0,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Does the installed Triton autotuner break when threads share it, and does the fix hold?"""
+    options = RaceOptions(
+        threads=threads,
+        kernel=kernel,
+        trials=trials,
+        fix=fix,
+        seed=seed,
+        processes=processes,
+        python=python,
+        timeout_s=timeout,
+    )
+    report = race(options, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
 
 

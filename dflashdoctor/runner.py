@@ -93,7 +93,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_probe(probe: str, config: dict[str, Any], *, python: str, timeout_s: float) -> ProbeRun:
+def run_probe(
+    probe: str, config: dict[str, Any], *, python: str, timeout_s: float, env: dict[str, str] | None = None
+) -> ProbeRun:
+    """Run one probe to its end or its timeout; `env` is set in the child's environment on top of ours."""
     script = probes_dir() / f"{probe.replace('-', '_')}.py"  # probe "check-compile" is check_compile.py
     with tempfile.TemporaryDirectory(prefix="dflashdoctor-") as tmp:
         work = Path(tmp)
@@ -103,7 +106,12 @@ def run_probe(probe: str, config: dict[str, Any], *, python: str, timeout_s: flo
         started = time.monotonic()
         with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
             child = subprocess.Popen(
-                argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_env(), start_new_session=True
+                argv,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env={**_env(), **(env or {})},
+                start_new_session=True,
             )
             timed_out = False
             try:

@@ -99,13 +99,14 @@ def probe_into_report(
     python: str,
     timeout_s: float,
     judge: Callable[[dict[str, Any]], ProbeResult],
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """Run one probe and append its judged result (or its crash) to the report.
 
     The probed interpreter's versions and device go into the report's environment. Returns the
     probe's observations when it finished.
     """
-    run = run_probe(probe, config, python=python, timeout_s=timeout_s)
+    run = run_probe(probe, config, python=python, timeout_s=timeout_s, env=env)
     payload = probe_payload(run)
     if payload is None:
         report.results.append(crash_result(run))

@@ -1,0 +1,148 @@
+"""Threads sharing one autotuner: forced and natural trials, with or without a fix.
+
+A forced trial makes the race happen whenever the installed autotuner has it: every thread starts
+together on a cold autotuner, and the first one to benchmark is held inside its first benchmark until
+every other thread has finished its whole call (which, in triton's `Autotuner.run`, ends with
+`self.nargs = None`); then it resumes and reads the shared state. A fix that keeps the others out
+(a lock, sequential callers) means they cannot finish while it is held, so it waits at most
+`patience` seconds and goes on. A natural trial only starts the threads together, with a seeded
+jitter, and lets them run.
+
+Every trial gets a fresh autotuner (empty tuning cache), runs under an AutotunerGuard (which also
+serializes for the `lock` fix), and compares each thread's output with a single-threaded run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from dflashdoctor.autotune import FIXES
+from dflashdoctor.hooks.autotuner_guard import AutotunerGuard
+
+_JITTER_S = 0.002
+
+
+@dataclass
+class ThreadError:
+    thread: str
+    type: str
+    message: str
+    frame: str  # file:line in function, innermost
+    traceback: str
+
+
+@dataclass
+class Trial:
+    forced: bool
+    fix: str
+    threads: int
+    errors: list[ThreadError] = field(default_factory=list)
+    outputs_equal: bool | None = None  # every finished thread's output equals the single-threaded one
+    concurrent_entries: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors) or self.outputs_equal is False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "failed": self.failed}
+
+
+class _ForcedSchedule:
+    """Holds the first thread to benchmark until the others have finished (or patience runs out)."""
+
+    def __init__(self, threads: int, patience_s: float) -> None:
+        self.threads = threads
+        self.patience_s = patience_s
+        self.held: str | None = None
+        self._finished = 0
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+
+    def bench_hook(self) -> None:
+        me = threading.current_thread().name
+        with self._lock:
+            hold = self.held is None
+            if hold:
+                self.held = me
+        if hold:
+            self._release.wait(self.patience_s)
+
+    def finished(self) -> None:
+        with self._lock:
+            if threading.current_thread().name != self.held:
+                self._finished += 1
+            if self._finished >= self.threads - 1 and self.held is not None:
+                self._release.set()
+
+
+def _error(exc: BaseException) -> ThreadError:
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = frames[-1] if frames else None
+    return ThreadError(
+        thread=threading.current_thread().name,
+        type=type(exc).__name__,
+        message=str(exc)[:500],
+        frame=f"{last.filename}:{last.lineno} in {last.name}" if last else "",
+        traceback="".join(traceback.format_exception(exc))[-4000:],
+    )
+
+
+def run_trial(
+    make_tuner: Callable[[Callable[[], None]], Any],
+    launch: Callable[[Any, int], torch.Tensor],
+    *,
+    threads: int,
+    fix: str,
+    forced: bool,
+    seed: int,
+    patience_s: float = 1.0,
+) -> Trial:
+    """One trial: `threads` threads each make one call of a fresh autotuner built by `make_tuner`
+    (given the hook to run inside each benchmark); `launch(tuner, seed)` is one call's output."""
+    if fix not in FIXES:
+        raise ValueError(f"unknown fix {fix!r}; expected one of {', '.join(FIXES)}")
+    expected = [launch(make_tuner(lambda: None), seed + i) for i in range(threads)]
+    schedule = _ForcedSchedule(threads, patience_s) if forced else None
+    tuner = make_tuner(schedule.bench_hook if schedule else lambda: None)
+    jitter = random.Random(seed)
+    delays = [jitter.uniform(0, _JITTER_S) if not forced else 0.0 for _ in range(threads)]
+    start = threading.Barrier(threads)
+    sequential = threading.Lock() if fix == "sequential" else None
+    outputs: list[torch.Tensor | None] = [None] * threads
+    trial = Trial(forced=forced, fix=fix, threads=threads)
+
+    def worker(index: int) -> None:
+        start.wait()
+        time.sleep(delays[index])
+        try:
+            with sequential if sequential is not None else contextlib.nullcontext():
+                outputs[index] = launch(tuner, seed + index)
+        except Exception as exc:  # the race: kept as the trial's evidence
+            trial.errors.append(_error(exc))
+        finally:
+            if schedule is not None:
+                schedule.finished()
+
+    started = time.perf_counter()
+    with AutotunerGuard(serialize=fix == "lock") as guard:
+        pool = [threading.Thread(target=worker, args=(i,), name=f"worker-{i}") for i in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+    trial.duration_s = round(time.perf_counter() - started, 3)
+    trial.concurrent_entries = [event.to_dict() for event in guard.events]
+    finished = [(out, want) for out, want in zip(outputs, expected, strict=True) if out is not None]
+    trial.outputs_equal = all(torch.equal(out, want) for out, want in finished) if finished else None
+    return trial

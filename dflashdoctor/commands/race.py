@@ -1,0 +1,67 @@
+"""`race`: run the race probe in a child process (triton's interpreter for the stub kernel) and judge it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from dflashdoctor.autotune import FIXES, KERNELS
+from dflashdoctor.errors import BadInput
+from dflashdoctor.judges.race import judge
+from dflashdoctor.report import Report
+from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
+
+MAX_THREADS = 64
+
+
+@dataclass
+class RaceOptions:
+    threads: int = 2
+    kernel: str = "stub"
+    trials: int = 5
+    fix: str = "none"
+    seed: int = 0
+    processes: int = 0
+    python: str | None = None
+    timeout_s: float = 600.0
+
+
+def validate(options: RaceOptions) -> None:
+    if not 2 <= options.threads <= MAX_THREADS:
+        raise BadInput(f"--threads must be between 2 and {MAX_THREADS} (a race needs two)")
+    if options.kernel not in KERNELS:
+        raise BadInput(f"unknown kernel {options.kernel!r}; available here: {', '.join(KERNELS)}")
+    if options.fix not in FIXES:
+        raise BadInput(f"unknown fix {options.fix!r}; expected one of {', '.join(FIXES)}")
+    if options.trials < 0 or options.processes < 0 or options.processes == 1:
+        raise BadInput("--trials must be 0 or more, and --processes 0 (off) or at least 2")
+
+
+def probe_config(options: RaceOptions) -> dict[str, Any]:
+    return {
+        "threads": options.threads,
+        "kernel": options.kernel,
+        "trials": options.trials,
+        "fix": options.fix,
+        "seed": options.seed,
+        "processes": options.processes,
+    }
+
+
+def race(options: RaceOptions, argv: list[str]) -> Report:
+    validate(options)
+    python = probe_python(options.python)
+    started = time.monotonic()
+    report = new_report("race", argv)
+    report.environment.update(target=f"{options.kernel} kernel, {options.threads} threads, fix {options.fix}")
+    probe_into_report(
+        report,
+        "race",
+        probe_config(options),
+        python=python,
+        timeout_s=options.timeout_s,
+        judge=judge,
+        env={"TRITON_INTERPRET": "1"},  # the stub kernel runs in triton's interpreter; jit reads it at import
+    )
+    return finish(report, started)

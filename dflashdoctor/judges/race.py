@@ -1,0 +1,203 @@
+"""Judges the race probe: what the installed autotuner shares, whether threads break it, whether the fix holds.
+
+Behaviour decides, not the version number: the forced trial without a fix is the reproduction. If
+it fails, the installed autotuner has the race; a fix is proven by its own forced trial and natural
+trials passing with outputs equal to a single-threaded run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dflashdoctor.codes import finding
+from dflashdoctor.judges.base import Judge
+from dflashdoctor.report import ProbeResult, Where
+
+REFS = [
+    "https://github.com/triton-lang/triton/issues/3095",
+    "https://github.com/triton-lang/triton/issues/11494",
+    "https://github.com/triton-lang/triton/pull/5893",
+    "https://github.com/triton-lang/triton/pull/8437",
+    "https://github.com/triton-lang/triton/pull/11509",
+    "https://github.com/fla-org/flash-linear-attention/issues/66",
+    "https://github.com/turboderp-org/exllamav3/issues/308",
+]
+FIX_ADVICE = (
+    "In order of preference: (1) one process per GPU pair (torchrun) instead of threads, so no autotuner "
+    "is shared (`--processes N` shows it); (2) run the target forwards one after another (`--fix sequential`); "
+    "(3) in-process, a per-instance re-entrant lock around Autotuner.run: `with "
+    "dflashdoctor.hooks.AutotunerGuard(serialize=True):` around training (`--fix lock`). A warm-up pass "
+    "only narrows the window."
+)
+_FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+) in (?P<function>\S+)$")
+
+
+def _where(frame: str) -> Where | None:
+    match = _FRAME.match(frame)
+    if not match:
+        return None
+    return Where(file=match["file"], line=int(match["line"]), function=match["function"])
+
+
+class RaceJudge(Judge):
+    def __init__(self, obs: dict[str, Any]) -> None:
+        super().__init__("race")
+        self.obs = obs
+        self.fix = obs["fix"]
+
+    def judge(self) -> ProbeResult:
+        self._audit()
+        self._reproduction()
+        if self.fix != "none":
+            self._fixed()
+        self._natural()
+        if self.obs.get("processes"):
+            self._processes()
+        self.measurements.update(
+            {key: self.obs.get(key) for key in ("triton", "torch", "fla", "kernel", "threads", "fix")}
+        )
+        return self.result()
+
+    def _audit(self) -> None:
+        audits = self.obs["audit"]
+        self.measurements["audit"] = audits
+        for audit in audits:
+            name = f"audit {audit['cls'].rsplit('.', 1)[-1]}"
+            if not audit["audited"]:
+                self._check(name, "skip", audit["reason"])
+                continue
+            shared = audit["per_call_state"]
+            if audit["base_run"] and not shared:
+                inherits = "its run calls super().run: it inherits the base class's per-call state"
+                self._check(name, "pass" if audit["locked"] else "warn", inherits)
+                continue
+            if not shared or audit["locked"]:
+                self._check(name, "pass", "no unlocked per-call state in run")
+                continue
+            listed = "; ".join(
+                f"self.{attr} (written by {', '.join(a['written_by'])}; read by {', '.join(a['read_by']) or 'none'})"
+                for attr, a in shared.items()
+            )
+            self.findings.append(
+                finding(
+                    "autotuner-shared-state",
+                    f"{audit['cls']}.run keeps per-call state on the shared instance, without a lock",
+                    detail=f"Every thread that calls the same kernel shares these: {listed}. Two threads "
+                    "inside one call overwrite each other's `nargs`; the one that finishes first sets it to None.",
+                    evidence=audit,
+                    fix=FIX_ADVICE,
+                    refs=REFS,
+                )
+            )
+            self._check(name, "warn", f"{len(shared)} attributes of per-call state, no lock", "autotuner-shared-state")
+
+    def _reproduction(self) -> None:
+        trial = self.obs["forced_unfixed"]
+        self.measurements["forced_unfixed"] = trial
+        if not trial["failed"]:
+            self._check(
+                "forced race",
+                "pass",
+                f"{trial['threads']} threads with the interleaving forced: no failure; the installed triton "
+                "survives the race (decided by behaviour)",
+            )
+            return
+        if self.fix == "none":
+            self._race_finding(trial, "Threads sharing one triton autotuner crash it")
+            self._check("forced race", "fail", self._trial_summary(trial), "autotuner-race")
+        else:
+            self._check("forced race", "info", f"without a fix: {self._trial_summary(trial)}")
+
+    def _fixed(self) -> None:
+        trial = self.obs["forced_fixed"]
+        self.measurements["forced_fixed"] = trial
+        if trial["failed"]:
+            self._race_finding(trial, f"The race still happens with --fix {self.fix}")
+        verdict = "fail" if trial["failed"] else "pass"
+        entries = len(trial["concurrent_entries"])
+        overlap = f"; {entries} concurrent entries waited for the lock" if self.fix == "lock" else ""
+        self._check(
+            f"fix {self.fix}",
+            verdict,
+            f"forced: {self._trial_summary(trial)}{overlap}",
+            *(["autotuner-race"] if trial["failed"] else []),
+        )
+
+    def _natural(self) -> None:
+        trials = self.obs["natural"]
+        failed = [t for t in trials if t["failed"]]
+        self.measurements.update(natural_trials=len(trials), natural_failures=len(failed))
+        if not trials:
+            return
+        self.measurements["natural_failure_rate"] = round(len(failed) / len(trials), 3)
+        if failed and not any(f.code == "autotuner-race" for f in self.findings):
+            self._race_finding(
+                failed[0], f"Threads sharing one triton autotuner failed in {len(failed)} of {len(trials)} natural runs"
+            )
+        status = "fail" if failed else "pass"
+        self._check(
+            "natural trials",
+            status,
+            f"{len(failed)} of {len(trials)} unforced trials failed with --fix {self.fix}",
+            *(["autotuner-race"] if failed else []),
+        )
+
+    def _processes(self) -> None:
+        run = self.obs["processes"]
+        self.measurements["processes"] = run
+        shared = run["distinct_processes"] < run["world"]
+        ok = run["failures"] == 0 and not shared
+        self._check(
+            "processes",
+            "pass" if ok else "fail",
+            f"{run['world']} ranks over {run['backend']} in {run['distinct_processes']} processes, each with its own "
+            f"autotuner: {run['failures']} failures, outputs equal to a single-process run",
+        )
+
+    @staticmethod
+    def _trial_summary(trial: dict[str, Any]) -> str:
+        if trial["errors"]:
+            first = trial["errors"][0]
+            return f"{len(trial['errors'])} of {trial['threads']} threads raised {first['type']}: {first['message']}"
+        equal = "outputs equal to a single-threaded run" if trial["outputs_equal"] else "outputs differ"
+        return f"0 of {trial['threads']} threads failed, {equal} ({trial['duration_s']} s)"
+
+    def _race_finding(self, trial: dict[str, Any], title: str) -> None:
+        error = trial["errors"][0] if trial["errors"] else None
+        stacks = {e["thread"]: e["traceback"] for e in trial["errors"]}
+        for entry in trial["concurrent_entries"]:
+            for thread, stack in zip(entry["threads"], entry["stacks"], strict=False):
+                stacks.setdefault(thread, "\n".join(stack))
+        detail = (
+            f"{error['type']}: {error['message']} in {error['frame']}. "
+            if error
+            else "No thread raised, but the outputs differ from a single-threaded run. "
+        )
+        detail += (
+            f"{trial['threads']} threads called one autotuned kernel at once "
+            f"({'interleaving forced' if trial['forced'] else 'unforced'}, fix {trial['fix']}); "
+            "triton's Autotuner.run keeps `nargs` on the shared instance and sets it to None when a call ends, "
+            "so a thread still benchmarking reads the other thread's None."
+        )
+        self.findings.append(
+            finding(
+                "autotuner-race",
+                title,
+                detail=detail,
+                where=_where(error["frame"]) if error else None,
+                evidence={
+                    "exception": f"{error['type']}: {error['message']}" if error else None,
+                    "failing_frame": error["frame"] if error else None,
+                    "stacks": stacks,
+                    "concurrent_entries": trial["concurrent_entries"],
+                    "versions": {k: self.obs.get(k) for k in ("triton", "torch", "fla", "python")},
+                },
+                fix=FIX_ADVICE,
+                refs=REFS,
+            )
+        )
+
+
+def judge(observations: dict[str, Any]) -> ProbeResult:
+    return RaceJudge(observations).judge()
