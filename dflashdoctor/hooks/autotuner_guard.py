@@ -44,7 +44,7 @@ class ConcurrentEntry:
     kernel: str
     threads: list[str]  # [inside, entering]
     stacks: list[list[str]]  # the same order; each innermost frame last
-    cold: list[bool | None]  # was each call about to tune (its key not cached yet)? None: unknown
+    cold: list[bool | None]  # is each call's key still uncached at the overlap (tuning)? None: unknown
     serialized: bool  # the entering thread then waited for the lock instead of overlapping
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,9 +53,12 @@ class ConcurrentEntry:
 
 @dataclass
 class _Inside:
-    thread: str
-    ident: int
-    cold: bool | None
+    """A call in progress. Its coldness is worked out only if another thread overlaps it, so a call
+    nobody overlaps pays for nothing but this record."""
+
+    thread: threading.Thread
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
     depth: int = 1
 
 
@@ -145,11 +148,10 @@ class AutotunerGuard:
             if mine is not None:  # a subclass calling super().run: the same call, one level deeper
                 mine.depth += 1
                 return state
-            cold = _is_cold(tuner, args, kwargs)
-            others = list(state.inside.values())
-            state.inside[me] = _Inside(threading.current_thread().name, me, cold)
-        for other in others:
-            self._record(tuner, other, cold)
+            others = list(state.inside.items())
+            state.inside[me] = _Inside(threading.current_thread(), args, kwargs)
+        for ident, other in others:
+            self._record(tuner, ident, other, _is_cold(tuner, args, kwargs))
         return state
 
     def _leave(self, state: _InstanceState, me: int) -> None:
@@ -159,15 +161,16 @@ class AutotunerGuard:
             if mine.depth == 0:
                 del state.inside[me]
 
-    def _record(self, tuner: Any, other: _Inside, cold: bool | None) -> None:
-        frame = sys._current_frames().get(other.ident)
+    def _record(self, tuner: Any, ident: int, other: _Inside, cold: bool | None) -> None:
+        frame = sys._current_frames().get(ident)
         their_stack = _format(traceback.extract_stack(frame)) if frame is not None else []
         my_stack = _format(traceback.extract_stack(sys._getframe(3)))
         event = ConcurrentEntry(
             kernel=kernel_name(tuner),
-            threads=[other.thread, threading.current_thread().name],
+            threads=[other.thread.name, threading.current_thread().name],
             stacks=[their_stack, my_stack],
-            cold=[other.cold, cold],
+            # The call inside is cold if its key is still not cached: it is tuning right now.
+            cold=[_is_cold(tuner, other.args, other.kwargs), cold],
             serialized=self.serialize,
         )
         with self._book:

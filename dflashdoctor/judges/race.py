@@ -135,6 +135,9 @@ class RaceJudge(Judge):
             self._race_finding(
                 failed[0], f"Threads sharing one triton autotuner failed in {len(failed)} of {len(trials)} natural runs"
             )
+        overlapped = [t for t in trials if t["concurrent_entries"] and not t["failed"]]
+        if overlapped and self.fix == "none":
+            self._overlap_finding(overlapped, len(trials))
         status = "fail" if failed else "pass"
         self._check(
             "natural trials",
@@ -153,6 +156,22 @@ class RaceJudge(Judge):
             "pass" if ok else "fail",
             f"{run['world']} ranks over {run['backend']} in {run['distinct_processes']} processes, each with its own "
             f"autotuner: {run['failures']} failures, outputs equal to a single-process run",
+        )
+
+    def _overlap_finding(self, overlapped: list[dict[str, Any]], trials: int) -> None:
+        """Threads were inside one autotuner together in runs that happened not to crash."""
+        event = overlapped[0]["concurrent_entries"][0]
+        self.findings.append(
+            finding(
+                "concurrent-autotuner-entry",
+                f"Two threads were inside autotuner `{event['kernel']}` at once in {len(overlapped)} of {trials} "
+                "runs that did not crash",
+                detail=f"{event['threads'][1]} entered while {event['threads'][0]} was inside. A run that does "
+                "not crash proves nothing: the same overlap crashes or corrupts when it lands during tuning.",
+                evidence={"event": event, "runs_with_overlap": len(overlapped)},
+                fix=FIX_ADVICE,
+                refs=REFS,
+            )
         )
 
     @staticmethod

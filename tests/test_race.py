@@ -1,0 +1,185 @@
+"""race on the CPU: a real triton Autotuner shared by threads, the interleaving forced; the fixes;
+one process per worker over gloo; the guard's record of an overlap that did not crash.
+
+The kernel runs in triton's interpreter, which the `triton.jit` decorator picks at import time, so
+the in-process tests here run in a child process with TRITON_INTERPRET=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_two_threads_crash_the_shared_autotuner(cli):
+    run = cli("race", "--threads", "2")
+    assert run.code == 1, run.stdout + run.stderr
+    (race,) = run.findings("autotuner-race")
+    assert race["evidence"]["exception"] == "TypeError: 'NoneType' object is not a mapping"
+    assert race["where"]["file"].endswith(os.path.join("triton", "runtime", "autotuner.py"))
+    assert set(race["evidence"]["stacks"]) == {"worker-0", "worker-1"}  # both threads' stacks
+    assert race["evidence"]["versions"]["triton"] == triton.__version__
+    assert any("triton-lang/triton/issues/3095" in ref for ref in race["refs"])
+    (shared,) = run.findings("autotuner-shared-state")
+    assert "_bench" in shared["evidence"]["per_call_state"]["nargs"]["read_by"]
+    assert run.check("forced race")["status"] == "fail"
+
+
+@pytest.mark.parametrize("fix", ["lock", "sequential"])
+def test_fix_shows_no_failure_and_equal_outputs(cli, fix):
+    run = cli("race", "--threads", "2", "--fix", fix, "--trials", "3")
+    assert run.code == 0, run.stdout + run.stderr
+    measurements = run.report["results"][0]["measurements"]
+    assert measurements["forced_unfixed"]["failed"]  # the race is there without the fix
+    fixed = measurements["forced_fixed"]
+    assert fixed["errors"] == [] and fixed["outputs_equal"] is True
+    assert measurements["natural_failures"] == 0 and measurements["natural_trials"] == 3
+    entries = fixed["concurrent_entries"]
+    assert (len(entries), entries[0]["serialized"]) == (1, True) if fix == "lock" else entries == []
+    assert "autotuner-race" not in run.codes()
+
+
+def test_one_process_per_worker_shares_no_autotuner(cli):
+    run = cli("race", "--processes", "2", "--trials", "0")
+    processes = run.report["results"][0]["measurements"]["processes"]
+    assert processes["distinct_processes"] == 2 and processes["failures"] == 0
+    assert len({rank["pid"] for rank in processes["ranks"]}) == 2
+    assert run.check("processes")["status"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--threads", "1"], "--threads must be between 2 and 64 (a race needs two)"),
+        (["--fix", "pray"], "unknown fix 'pray'; expected one of none, lock, sequential"),
+        (["--kernel", "fla"], "unknown kernel 'fla'; available here: stub"),
+        (["--processes", "1"], "--trials must be 0 or more, and --processes 0 (off) or at least 2"),
+    ],
+)
+def test_bad_race_options_exit_2(cli, args, message):
+    run = cli("race", *args)
+    assert run.code == 2
+    assert run.stderr.strip() == f"dflashdoctor: {message}"
+
+
+def _in_child(code: str) -> dict:
+    """Run `code` (which prints one JSON line last) with the interpreter on, in a fresh process."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_guard_records_an_overlap_that_did_not_crash():
+    # Two warm calls overlap inside one autotuner: the first is held inside its kernel launch until
+    # the second has run its whole call. Nothing crashes (warm calls read no shared state after the
+    # launch), yet the guard names the kernel, both threads and both stacks.
+    result = _in_child(
+        """
+        import json, threading
+        from dflashdoctor.autotune.stub_kernel import autotuned_add, launch
+        from dflashdoctor.hooks import AutotunerGuard
+
+        tuner = autotuned_add(lambda: None)
+        launch(tuner, 0)  # tunes the key: every later call is warm
+        second_done = threading.Event()
+        real = tuner.fn
+
+        class HoldFirstLaunch:
+            def __init__(self):
+                self.first = True
+            def run(self, *args, **kwargs):
+                if self.first:
+                    self.first = False
+                    second_done.wait(10)
+                return real.run(*args, **kwargs)
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+        tuner.fn = HoldFirstLaunch()
+        errors = []
+
+        def call(seed, done=None):
+            try:
+                launch(tuner, seed)
+            except Exception as exc:
+                errors.append(repr(exc))
+            if done is not None:
+                done.set()
+
+        from triton.runtime.autotuner import Autotuner
+
+        original = Autotuner.run
+        with AutotunerGuard() as guard:
+            first = threading.Thread(target=call, args=(1,), name="pair-0")
+            first.start()
+            while guard.entries < 1:
+                pass
+            second = threading.Thread(target=call, args=(2, second_done), name="pair-1")
+            second.start()
+            second.join(); first.join()
+        (event,) = guard.events
+        print(json.dumps({"errors": errors, "event": event.to_dict(), "restored": Autotuner.run is original}))
+        """
+    )
+    assert result["errors"] == []
+    event = result["event"]
+    assert event["kernel"] == "add_kernel"
+    assert event["threads"] == ["pair-0", "pair-1"]
+    assert event["cold"] == [False, False]
+    held, entering = event["stacks"]
+    assert held[-1].endswith("in wait") and any(line.endswith("in run") for line in held)  # inside the launch
+    assert any(line.endswith("in launch") for line in entering) and event["serialized"] is False
+    assert result["restored"]
+
+
+def test_audit_reads_per_call_state_and_a_subclass_lock():
+    from dflashdoctor.autotune.audit import audit_class
+
+    base = audit_class(triton.runtime.autotuner.Autotuner)
+    assert base.audited and not base.locked
+    assert "run" in base.per_call_state["nargs"]["written_by"]
+
+    class LockedAutotuner(triton.runtime.autotuner.Autotuner):
+        def run(self, *args, **kwargs):
+            with self._lock:
+                return super().run(*args, **kwargs)
+
+    locked = audit_class(LockedAutotuner)
+    assert (locked.base_run, locked.locked, locked.per_call_state) == (True, True, {})
+
+
+def test_overlap_in_runs_that_did_not_crash_is_an_error():
+    from dflashdoctor.judges.race import judge
+
+    entry = {
+        "kernel": "add_kernel",
+        "threads": ["worker-0", "worker-1"],
+        "stacks": [["a.py:1 in run"], ["b.py:2 in run"]],
+        "cold": [False, False],
+        "serialized": False,
+    }
+    quiet = {"forced": False, "fix": "none", "threads": 2, "errors": [], "outputs_equal": True, "duration_s": 0.1}
+    observations = {
+        "fix": "none",
+        "threads": 2,
+        "audit": [],
+        "forced_unfixed": {**quiet, "forced": True, "concurrent_entries": [], "failed": False},
+        "natural": [{**quiet, "concurrent_entries": [entry], "failed": False}],
+    }
+    result = judge(observations)
+    (overlap,) = [f for f in result.findings if f.code == "concurrent-autotuner-entry"]
+    assert overlap.severity == "error" and overlap.evidence["event"]["threads"] == ["worker-0", "worker-1"]
+    assert result.status == "fail"
