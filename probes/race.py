@@ -7,6 +7,8 @@ Runs in its own process with TRITON_INTERPRET=1 for the stub kernel (set by the 
   has it), then, with a fix, a forced trial under that fix;
 - `trials` natural trials under the chosen fix (a failure rate);
 - with `processes`, the same workload with one process per worker over gloo.
+With `--kernel fla` or a TARGET, real kernels instead: `trials` trials, each in a fresh process with
+fresh caches (kernel_runs.py), under the chosen fix; FLA's live autotuned kernels are listed.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import importlib
 import sys
 from typing import Any
 
-from dflashdoctor.autotune.audit import audit_installed
+from dflashdoctor.autotune import FLA_TARGET
+from dflashdoctor.autotune.audit import audit_installed, live_autotuners
+from dflashdoctor.autotune.kernel_runs import kernel_trials
 from dflashdoctor.autotune.processes import run_processes
 from dflashdoctor.autotune.stub_kernel import autotuned_add, launch
 from dflashdoctor.autotune.trials import run_trial
 from dflashdoctor.probe_support import UsageError, probe_main
+from dflashdoctor.targets import resolve
 
 
 def _version(module: str) -> str | None:
@@ -29,22 +34,54 @@ def _version(module: str) -> str | None:
         return None
 
 
+def _real_kernels(settings: dict[str, Any], observations: dict[str, Any]) -> None:
+    """FLA's or the user's autotuned workload: trials in fresh processes, one thread per GPU if several."""
+    import torch
+
+    fla = settings["kernel"] == "fla"
+    gpus = torch.cuda.device_count()
+    if fla and not gpus:
+        observations["kernel_skipped"] = "FLA's Triton kernels need a CUDA GPU, and torch sees none here"
+        return
+    if fla and observations["fla"] is None:
+        observations["kernel_skipped"] = "fla is not importable in the probed interpreter (`pip install fla-core`)"
+        return
+    if fla:
+        importlib.import_module("fla.ops.gated_delta_rule")
+        observations["live_autotuners"] = live_autotuners("fla")
+    else:
+        resolve(settings["kernel"])  # a TARGET that does not resolve is bad input, before any trial
+    threads = settings["threads"]
+    devices = [f"cuda:{i}" for i in range(min(gpus, threads))] or ["cpu"]
+    observations["devices"] = devices
+    observations["kernel_trials"] = kernel_trials(
+        FLA_TARGET if fla else settings["kernel"],
+        threads=threads,
+        fix=settings["fix"],
+        trials=max(1, settings["trials"]),
+        devices=devices,
+        interpret=not gpus,  # no GPU: the target's triton kernels run in the interpreter
+        timeout_s=settings["trial_timeout_s"],
+    )
+
+
 def run(settings: dict[str, Any]) -> dict[str, Any]:
-    if settings["kernel"] != "stub":
-        raise UsageError(f"--kernel {settings['kernel']} is not available yet; use --kernel stub")
     if _version("triton") is None:
         raise UsageError("triton is not importable in the probed interpreter: `pip install triton`")
-    threads, fix, seed = settings["threads"], settings["fix"], settings["seed"]
+    threads, fix, seed, kernel = settings["threads"], settings["fix"], settings["seed"], settings["kernel"]
     observations: dict[str, Any] = {
         "python": sys.version.split()[0],
         "torch": _version("torch"),
         "triton": _version("triton"),
         "fla": _version("fla"),
-        "kernel": "stub (triton interpreter, 2 configs, vector add)",
+        "kernel": "stub (triton interpreter, 2 configs, vector add)" if kernel == "stub" else kernel,
         "threads": threads,
         "fix": fix,
         "audit": [a.to_dict() for a in audit_installed()],
     }
+    if kernel != "stub":
+        _real_kernels(settings, observations)
+        return observations
 
     def trial(forced: bool, under: str, trial_seed: int) -> dict[str, Any]:
         return run_trial(autotuned_add, launch, threads=threads, fix=under, forced=forced, seed=trial_seed).to_dict()

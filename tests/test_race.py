@@ -43,7 +43,7 @@ def test_fix_shows_no_failure_and_equal_outputs(cli, fix):
     assert measurements["forced_unfixed"]["failed"]  # the race is there without the fix
     fixed = measurements["forced_fixed"]
     assert fixed["errors"] == [] and fixed["outputs_equal"] is True
-    assert measurements["natural_failures"] == 0 and measurements["natural_trials"] == 3
+    assert measurements["natural_trials_failures"] == 0 and len(measurements["natural_trials"]) == 3
     entries = fixed["concurrent_entries"]
     assert (len(entries), entries[0]["serialized"]) == (1, True) if fix == "lock" else entries == []
     assert "autotuner-race" not in run.codes()
@@ -62,7 +62,8 @@ def test_one_process_per_worker_shares_no_autotuner(cli):
     [
         (["--threads", "1"], "--threads must be between 2 and 64 (a race needs two)"),
         (["--fix", "pray"], "unknown fix 'pray'; expected one of none, lock, sequential"),
-        (["--kernel", "fla"], "unknown kernel 'fla'; available here: stub"),
+        (["--kernel", "flash"], "unknown kernel 'flash'; expected stub, fla, or a TARGET module:attr / file.py:attr"),
+        (["--kernel", "no_such_module:fn"], "no module named 'no_such_module'"),
         (["--processes", "1"], "--trials must be 0 or more, and --processes 0 (off) or at least 2"),
     ],
 )
@@ -70,6 +71,28 @@ def test_bad_race_options_exit_2(cli, args, message):
     run = cli("race", *args)
     assert run.code == 2
     assert run.stderr.strip() == f"dflashdoctor: {message}"
+
+
+SHARED_STUB = "dflashdoctor.autotune.stub_kernel:shared_add"
+
+
+def test_target_trials_run_in_fresh_processes_and_the_lock_holds(cli):
+    run = cli("race", "--kernel", SHARED_STUB, "--trials", "2", "--fix", "lock")
+    assert run.code == 0, run.stdout + run.stderr
+    measurements = run.report["results"][0]["measurements"]
+    trials = measurements["kernel_trials"]
+    assert len(trials) == 2 and measurements["kernel_trials_failures"] == 0
+    assert all(t["outputs_equal"] and t["fix"] == "lock" for t in trials)
+    assert measurements["devices"] == ["cpu"]
+    assert all(entry["serialized"] for t in trials for entry in t["concurrent_entries"])
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks what happens without a GPU")
+def test_fla_kernels_without_a_gpu_say_why(cli):
+    run = cli("race", "--kernel", "fla")
+    assert run.code == 0, run.stdout + run.stderr
+    assert run.check("real kernels")["status"] == "skip"
+    assert "need a CUDA GPU" in run.check("real kernels")["summary"]
 
 
 def _in_child(code: str) -> dict:

@@ -81,3 +81,18 @@ def launch(tuner: Any, seed: int) -> torch.Tensor:
     out = torch.empty(N_ELEMENTS)
     tuner[lambda meta: ((N_ELEMENTS + meta["BLOCK"] - 1) // meta["BLOCK"],)](x, y, out, N_ELEMENTS)
     return out
+
+
+_SHARED: list[Any] = []  # one module-global autotuner, as FLA keeps its kernels
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_add(worker: int, device: str) -> torch.Tensor:
+    """A race TARGET (`fn(worker, device)`) over one module-global autotuner, built on first use:
+    the shape of FLA's kernels, without a GPU (`device` must be cpu: the interpreter runs it)."""
+    if device != "cpu":
+        raise ValueError(f"the stub kernel runs in triton's interpreter on the CPU, not on {device}")
+    with _SHARED_LOCK:
+        if not _SHARED:
+            _SHARED.append(autotuned_add(lambda: None))
+    return launch(_SHARED[0], worker)

@@ -86,7 +86,8 @@ class _ForcedSchedule:
                 self._release.set()
 
 
-def _error(exc: BaseException) -> ThreadError:
+def thread_error(exc: BaseException) -> ThreadError:
+    """The exception a worker thread ended with, with its innermost frame."""
     frames = traceback.extract_tb(exc.__traceback__)
     last = frames[-1] if frames else None
     return ThreadError(
@@ -129,7 +130,7 @@ def run_trial(
             with sequential if sequential is not None else contextlib.nullcontext():
                 outputs[index] = launch(tuner, seed + index)
         except Exception as exc:  # the race: kept as the trial's evidence
-            trial.errors.append(_error(exc))
+            trial.errors.append(thread_error(exc))
         finally:
             if schedule is not None:
                 schedule.finished()

@@ -18,7 +18,7 @@ MAX_THREADS = 64
 @dataclass
 class RaceOptions:
     threads: int = 2
-    kernel: str = "stub"
+    kernel: str = "stub"  # stub, fla, or a TARGET whose call is fn(worker, device)
     trials: int = 5
     fix: str = "none"
     seed: int = 0
@@ -30,8 +30,10 @@ class RaceOptions:
 def validate(options: RaceOptions) -> None:
     if not 2 <= options.threads <= MAX_THREADS:
         raise BadInput(f"--threads must be between 2 and {MAX_THREADS} (a race needs two)")
-    if options.kernel not in KERNELS:
-        raise BadInput(f"unknown kernel {options.kernel!r}; available here: {', '.join(KERNELS)}")
+    if options.kernel not in KERNELS and ":" not in options.kernel:
+        raise BadInput(
+            f"unknown kernel {options.kernel!r}; expected {', '.join(KERNELS)}, or a TARGET module:attr / file.py:attr"
+        )
     if options.fix not in FIXES:
         raise BadInput(f"unknown fix {options.fix!r}; expected one of {', '.join(FIXES)}")
     if options.trials < 0 or options.processes < 0 or options.processes == 1:
@@ -46,6 +48,7 @@ def probe_config(options: RaceOptions) -> dict[str, Any]:
         "fix": options.fix,
         "seed": options.seed,
         "processes": options.processes,
+        "trial_timeout_s": max(60.0, options.timeout_s / max(1, options.trials + 1)),
     }
 
 
@@ -62,6 +65,8 @@ def race(options: RaceOptions, argv: list[str]) -> Report:
         python=python,
         timeout_s=options.timeout_s,
         judge=judge,
-        env={"TRITON_INTERPRET": "1"},  # the stub kernel runs in triton's interpreter; jit reads it at import
+        # The stub kernel runs in triton's interpreter, which `triton.jit` picks at import time; real
+        # kernels run in child processes that set it only where there is no GPU.
+        env={"TRITON_INTERPRET": "1"} if options.kernel == "stub" else {},
     )
     return finish(report, started)

@@ -48,10 +48,17 @@ class RaceJudge(Judge):
 
     def judge(self) -> ProbeResult:
         self._audit()
-        self._reproduction()
-        if self.fix != "none":
-            self._fixed()
-        self._natural()
+        if "forced_unfixed" in self.obs:  # the stub kernel: forced reproduction, then natural trials
+            self._reproduction()
+            if self.fix != "none":
+                self._fixed()
+            self._series(self.obs["natural"], "natural trials", "unforced trials")
+        if self.obs.get("kernel_skipped"):
+            self._check("real kernels", "skip", self.obs["kernel_skipped"])
+        if "kernel_trials" in self.obs:
+            self.measurements["devices"] = self.obs["devices"]
+            self.measurements["live_autotuners"] = self.obs.get("live_autotuners")
+            self._series(self.obs["kernel_trials"], "kernel trials", "trials (each a fresh process, cold caches)")
         if self.obs.get("processes"):
             self._processes()
         self.measurements.update(
@@ -124,25 +131,27 @@ class RaceJudge(Judge):
             *(["autotuner-race"] if trial["failed"] else []),
         )
 
-    def _natural(self) -> None:
-        trials = self.obs["natural"]
+    def _series(self, trials: list[dict[str, Any]], name: str, what: str) -> None:
+        """Trials under the chosen fix: a failure rate, and the race or the overlaps they showed."""
+        key = name.replace(" ", "_")
         failed = [t for t in trials if t["failed"]]
-        self.measurements.update(natural_trials=len(trials), natural_failures=len(failed))
+        self.measurements.update({key: trials, f"{key}_failures": len(failed)})
         if not trials:
             return
-        self.measurements["natural_failure_rate"] = round(len(failed) / len(trials), 3)
+        self.measurements[f"{key}_failure_rate"] = round(len(failed) / len(trials), 3)
         if failed and not any(f.code == "autotuner-race" for f in self.findings):
-            self._race_finding(
-                failed[0], f"Threads sharing one triton autotuner failed in {len(failed)} of {len(trials)} natural runs"
-            )
+            fixed = f" with --fix {self.fix}" if self.fix != "none" else ""
+            title = f"Threads sharing one triton autotuner failed in {len(failed)} of {len(trials)} {what}{fixed}"
+            self._race_finding(failed[0], title)
         overlapped = [t for t in trials if t["concurrent_entries"] and not t["failed"]]
         if overlapped and self.fix == "none":
             self._overlap_finding(overlapped, len(trials))
-        status = "fail" if failed else "pass"
+        equal = all(t["outputs_equal"] is not False for t in trials)
         self._check(
-            "natural trials",
-            status,
-            f"{len(failed)} of {len(trials)} unforced trials failed with --fix {self.fix}",
+            name,
+            "fail" if failed else "pass",
+            f"{len(failed)} of {len(trials)} {what} failed with --fix {self.fix}"
+            + ("; outputs equal to single-threaded runs" if equal and not failed else ""),
             *(["autotuner-race"] if failed else []),
         )
 
