@@ -164,7 +164,7 @@ class RaceJudge(Judge):
             "processes",
             "pass" if ok else "fail",
             f"{run['world']} ranks over {run['backend']} in {run['distinct_processes']} processes, each with its own "
-            f"autotuner: {run['failures']} failures, outputs equal to a single-process run",
+            f"autotuner: {run['failures']} failures" + ("; outputs equal to a single-process run" if ok else ""),
         )
 
     def _overlap_finding(self, overlapped: list[dict[str, Any]], trials: int) -> None:
