@@ -12,53 +12,30 @@ for `sequential`). Afterwards each worker's call is repeated alone (warm by then
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-import threading
-import time
 from typing import Any
 
 import torch
 
-from dflashdoctor.autotune.trials import Trial, thread_error
-from dflashdoctor.hooks.autotuner_guard import AutotunerGuard
+from dflashdoctor.autotune.trials import Trial, outputs_equal, run_threads
 from dflashdoctor.targets import resolve
 
 
 def run_kernel_trial(spec: str, threads: int, fix: str, devices: list[str]) -> Trial:
     target, _, _ = resolve(spec)
-    trial = Trial(forced=False, fix=fix, threads=threads)
-    outputs: list[Any] = [None] * threads
-    start = threading.Barrier(threads)
-    sequential = threading.Lock() if fix == "sequential" else None
 
-    def worker(index: int) -> None:
+    def call(index: int) -> Any:
         device = devices[index % len(devices)]
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
-        start.wait()
-        try:
-            with sequential if sequential is not None else contextlib.nullcontext():
-                outputs[index] = target(index, device)
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize(device)
-        except Exception as exc:  # the race: kept as the trial's evidence
-            trial.errors.append(thread_error(exc))
+        out = target(index, device)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+        return out
 
-    started = time.perf_counter()
-    with AutotunerGuard(serialize=fix == "lock") as guard:
-        pool = [threading.Thread(target=worker, args=(i,), name=f"worker-{i}") for i in range(threads)]
-        for thread in pool:
-            thread.start()
-        for thread in pool:
-            thread.join()
-    trial.duration_s = round(time.perf_counter() - started, 3)
-    trial.concurrent_entries = [event.to_dict() for event in guard.events]
-    finished = [(i, out) for i, out in enumerate(outputs) if isinstance(out, torch.Tensor)]
-    if finished:
-        again = {i: target(i, devices[i % len(devices)]) for i, _ in finished}  # alone, warm
-        trial.outputs_equal = all(torch.equal(out, again[i]) for i, out in finished)
+    trial, outputs = run_threads(call, threads=threads, fix=fix)
+    trial.outputs_equal = outputs_equal(outputs, call)  # each call again, alone (warm by now)
     return trial
 
 

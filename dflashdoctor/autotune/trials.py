@@ -99,6 +99,55 @@ def thread_error(exc: BaseException) -> ThreadError:
     )
 
 
+def run_threads(
+    call: Callable[[int], Any],
+    *,
+    threads: int,
+    fix: str,
+    forced: bool = False,
+    delays: list[float] | None = None,
+    after_call: Callable[[], None] | None = None,
+) -> tuple[Trial, list[Any]]:
+    """Start `threads` threads together, each making `call(index)` once under `fix`, inside an
+    AutotunerGuard (serializing for `lock`); the trial (errors, overlaps, time) and each output.
+    `after_call` runs in each thread when its call is over, failed or not."""
+    if fix not in FIXES:
+        raise ValueError(f"unknown fix {fix!r}; expected one of {', '.join(FIXES)}")
+    start = threading.Barrier(threads)
+    sequential = threading.Lock() if fix == "sequential" else None
+    outputs: list[Any] = [None] * threads
+    trial = Trial(forced=forced, fix=fix, threads=threads)
+
+    def worker(index: int) -> None:
+        start.wait()
+        time.sleep(delays[index] if delays else 0.0)
+        try:
+            with sequential if sequential is not None else contextlib.nullcontext():
+                outputs[index] = call(index)
+        except Exception as exc:  # the race: kept as the trial's evidence
+            trial.errors.append(thread_error(exc))
+        finally:
+            if after_call is not None:
+                after_call()
+
+    started = time.perf_counter()
+    with AutotunerGuard(serialize=fix == "lock") as guard:
+        pool = [threading.Thread(target=worker, args=(i,), name=f"worker-{i}") for i in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+    trial.duration_s = round(time.perf_counter() - started, 3)
+    trial.concurrent_entries = [event.to_dict() for event in guard.events]
+    return trial, outputs
+
+
+def outputs_equal(outputs: list[Any], expected: Callable[[int], torch.Tensor]) -> bool | None:
+    """Every finished thread's output against `expected(index)`; None when no thread finished."""
+    finished = [(i, out) for i, out in enumerate(outputs) if isinstance(out, torch.Tensor)]
+    return all(torch.equal(out, expected(i)) for i, out in finished) if finished else None
+
+
 def run_trial(
     make_tuner: Callable[[Callable[[], None]], Any],
     launch: Callable[[Any, int], torch.Tensor],
@@ -111,39 +160,17 @@ def run_trial(
 ) -> Trial:
     """One trial: `threads` threads each make one call of a fresh autotuner built by `make_tuner`
     (given the hook to run inside each benchmark); `launch(tuner, seed)` is one call's output."""
-    if fix not in FIXES:
-        raise ValueError(f"unknown fix {fix!r}; expected one of {', '.join(FIXES)}")
     expected = [launch(make_tuner(lambda: None), seed + i) for i in range(threads)]
     schedule = _ForcedSchedule(threads, patience_s) if forced else None
     tuner = make_tuner(schedule.bench_hook if schedule else lambda: None)
     jitter = random.Random(seed)
-    delays = [jitter.uniform(0, _JITTER_S) if not forced else 0.0 for _ in range(threads)]
-    start = threading.Barrier(threads)
-    sequential = threading.Lock() if fix == "sequential" else None
-    outputs: list[torch.Tensor | None] = [None] * threads
-    trial = Trial(forced=forced, fix=fix, threads=threads)
-
-    def worker(index: int) -> None:
-        start.wait()
-        time.sleep(delays[index])
-        try:
-            with sequential if sequential is not None else contextlib.nullcontext():
-                outputs[index] = launch(tuner, seed + index)
-        except Exception as exc:  # the race: kept as the trial's evidence
-            trial.errors.append(thread_error(exc))
-        finally:
-            if schedule is not None:
-                schedule.finished()
-
-    started = time.perf_counter()
-    with AutotunerGuard(serialize=fix == "lock") as guard:
-        pool = [threading.Thread(target=worker, args=(i,), name=f"worker-{i}") for i in range(threads)]
-        for thread in pool:
-            thread.start()
-        for thread in pool:
-            thread.join()
-    trial.duration_s = round(time.perf_counter() - started, 3)
-    trial.concurrent_entries = [event.to_dict() for event in guard.events]
-    finished = [(out, want) for out, want in zip(outputs, expected, strict=True) if out is not None]
-    trial.outputs_equal = all(torch.equal(out, want) for out, want in finished) if finished else None
+    trial, outputs = run_threads(
+        lambda index: launch(tuner, seed + index),
+        threads=threads,
+        fix=fix,
+        forced=forced,
+        delays=None if forced else [jitter.uniform(0, _JITTER_S) for _ in range(threads)],
+        after_call=schedule.finished if schedule else None,
+    )
+    trial.outputs_equal = outputs_equal(outputs, expected.__getitem__)
     return trial
