@@ -15,6 +15,17 @@ import pytest
 TARGETS = Path(__file__).parent / "targets"
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo reset before and after a test that compiles in this process, so no recompile limit or
+    skipped frame leaks into later tests."""
+    import torch
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 def _cuda_available() -> bool:
     import torch
 

@@ -11,12 +11,7 @@ from torch.nn.attention.flex_attention import flex_attention
 
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _inputs():

@@ -15,12 +15,7 @@ from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.hf_attention import HFAttentionRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def test_flex_call_recorder_restores_flex_attention_and_torch_compile():

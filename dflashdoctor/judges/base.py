@@ -8,6 +8,11 @@ from dflashdoctor.codes import finding
 from dflashdoctor.report import Check, CheckStatus, Comparison, Finding, ProbeResult
 
 
+def size_text(n: float | None) -> str:
+    """Bytes as GiB from a quarter GiB up, else MiB; `n/a` when not measured."""
+    return "n/a" if n is None else f"{n / 2**30:.3g} GiB" if n >= 2**28 else f"{n / 2**20:.3g} MiB"
+
+
 class Judge:
     def __init__(self, probe: str) -> None:
         self.probe = probe

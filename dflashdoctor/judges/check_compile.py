@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dflashdoctor.codes import finding
-from dflashdoctor.judges.base import Judge
+from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, RAISED, recompile_limit_record, skipped_frame_record
 from dflashdoctor.report import Bar, Comparison, ProbeResult, Where
 
@@ -41,10 +41,6 @@ class Budgets:
 
 def _is_target_phase(phase: str) -> bool:
     return phase.startswith(_TARGET_PHASES)
-
-
-def _gib(n: float | None) -> str:
-    return "n/a" if n is None else f"{n / 2**30:.3g} GiB" if n >= 2**28 else f"{n / 2**20:.3g} MiB"
 
 
 def _where(site: dict[str, Any] | None) -> Where | None:
@@ -270,8 +266,8 @@ class CheckCompileJudge(Judge):
                     f"flex_attention {kind} ran the unfused dense kernel ({len(events)} calls)",
                     detail=(
                         f"The dense {kind} kernel ran for q {first['q_shape']} kv {first['kv_shape']} "
-                        f"{first['dtype']}, building a float32 score matrix of {_gib(first['score_matrix_bytes'])} "
-                        f"per call. {cause}"
+                        f"{first['dtype']}, building a float32 score matrix of "
+                        f"{size_text(first['score_matrix_bytes'])} per call. {cause}"
                     ),
                     where=_where(first.get("site")) or _where(self.obs["target"].get("assigned")),
                     evidence={**self._dense_evidence(), "stack": first.get("stack", []), "backends": backends},
@@ -375,7 +371,7 @@ class CheckCompileJudge(Judge):
             self._check(
                 "memory",
                 "skip",
-                f"peak memory is measured on CUDA only; one dense score matrix here is {_gib(score)}",
+                f"peak memory is measured on CUDA only; one dense score matrix here is {size_text(score)}",
             )
             return
         fwd, bwd = self._warm_peak(backward=False), self._warm_peak(backward=True)
@@ -395,9 +391,9 @@ class CheckCompileJudge(Judge):
                 self.comparisons.append(
                     Comparison(title=title, unit="bytes", bars=[Bar("target (warm)", fused), Bar("eager dense", dense)])
                 )
-        parts = [f"fwd {_gib(fwd)} vs dense {_gib(eager_fwd)} ({fwd_ratio}x)"]
+        parts = [f"fwd {size_text(fwd)} vs dense {size_text(eager_fwd)} ({fwd_ratio}x)"]
         if bwd is not None:
-            parts.append(f"bwd {_gib(bwd)} vs dense {_gib(eager_bwd)} ({bwd_ratio}x)")
+            parts.append(f"bwd {size_text(bwd)} vs dense {size_text(eager_bwd)} ({bwd_ratio}x)")
         materialized = any(p is not None and p >= _SCORE_MATRIX_FRACTION * score for p in (fwd, bwd))
         if materialized:
             self.findings.append(
@@ -405,8 +401,8 @@ class CheckCompileJudge(Judge):
                     "score-matrix-materialized",
                     "The target's peak memory shows the full score matrix was built",
                     detail=(
-                        f"Warm forward peak {_gib(fwd)}, backward {_gib(bwd)}, against one float32 score matrix "
-                        f"of {_gib(score)}: a fused kernel never holds it."
+                        f"Warm forward peak {size_text(fwd)}, backward {size_text(bwd)}, against one float32 "
+                        f"score matrix of {size_text(score)}: a fused kernel never holds it."
                     ),
                     evidence={"fwd_peak_bytes": fwd, "bwd_peak_bytes": bwd, "score_matrix_bytes": score},
                     fix="See the dense-path findings for the call that built it.",

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from dflashdoctor.codes import finding
-from dflashdoctor.judges.base import Judge
+from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, recompile_limit_record, skipped_frame_record
 from dflashdoctor.report import ProbeResult, Where
 
@@ -112,15 +112,11 @@ def dense_cause(row: dict[str, Any], obs: dict[str, Any]) -> str:
     return "unknown: no eager backend, recompile limit or skipped frame was recorded"
 
 
-def _size(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / 2**30:.3g} GiB" if n >= 2**28 else f"{n / 2**20:.3g} MiB"
-
-
 def _memory_note(site: dict[str, Any], direction: str) -> str:
-    note = f"Each dense call builds a float32 score matrix of {_size(site['score_matrix_bytes'])}"
+    note = f"Each dense call builds a float32 score matrix of {size_text(site['score_matrix_bytes'])}"
     peak = site.get(f"dense_{direction}_peak_bytes")
     if peak is not None:
-        note += f"; the costliest dense {direction} kernel here raised CUDA memory by {_size(peak)} at its peak"
+        note += f"; the costliest dense {direction} kernel here raised CUDA memory by {size_text(peak)} at its peak"
     return note + "."
 
 
@@ -276,7 +272,7 @@ class TraceAttentionJudge(Judge):
     def _graph_breaks(self) -> None:
         breaks = self.obs.get("graph_breaks") or {}
         self.measurements["graph_breaks"] = breaks
-        self._graph_break_check(breaks, "in the traced run (the recorders add none)")
+        self._graph_break_check(breaks, "in the traced run")
 
     def _unclaimed_dense(self) -> None:
         """Dense kernels no recorded call site claimed (a call no recorder sees, such as one through
@@ -293,9 +289,9 @@ class TraceAttentionJudge(Judge):
                     f"flex_attention {direction} ran the dense kernel {len(events)} times for calls no recorder saw",
                     detail=(
                         f"First in {first['phase']} for q {first['q_shape']} kv {first['kv_shape']} {first['dtype']}, "
-                        f"building a float32 score matrix of {_size(first['score_matrix_bytes'])} per call. The "
-                        "calls went through a flex_attention reference bound before tracing started, or ran inside "
-                        "a compiled region the recorders could not see."
+                        f"building a float32 score matrix of {size_text(first['score_matrix_bytes'])} per call. Likely "
+                        "causes: a flex_attention reference bound before tracing started, or a call inside a "
+                        "compiled region the recorders could not see."
                     ),
                     where=Where(**first["site"]) if first.get("site") else None,
                     evidence={f"dense_{direction}_calls": len(events), "events": events[:8]},
