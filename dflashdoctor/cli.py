@@ -150,12 +150,20 @@ def trace_attention_command(
 def race_command(
     threads: Annotated[int, typer.Option(help="Threads sharing one autotuner.")] = 2,
     kernel: Annotated[
-        str, typer.Option(help="Workload: stub (a real triton autotuner, interpreted, no GPU).")
+        str,
+        typer.Option(
+            help="stub (a real triton autotuner, interpreted, no GPU), fla (FLA's gated delta rule), reference "
+            "(the reference target's forwards), or a TARGET fn(worker, device)."
+        ),
     ] = "stub",
     trials: Annotated[int, typer.Option(help="Unforced trials after the forced one, for a failure rate.")] = 5,
     fix: Annotated[str, typer.Option(help="none, lock (per-instance lock on Autotuner.run) or sequential.")] = "none",
     seed: Annotated[int, typer.Option(help="Seeds the inputs and the natural trials' jitter.")] = 0,
     processes: Annotated[int, typer.Option(help="Also run one process per worker over gloo (0: off).")] = 0,
+    triton_binaries: Annotated[
+        Path | None,
+        typer.Option(help="Keep real kernels' compiled binaries here across runs (tuning stays cold regardless)."),
+    ] = None,
     python: PythonOpt = None,
     timeout: TimeoutOpt = 600.0,
     json_output: JsonOpt = False,
@@ -172,6 +180,7 @@ def race_command(
         processes=processes,
         python=python,
         timeout_s=timeout,
+        binaries_dir=triton_binaries,
     )
     report = race(options, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))

@@ -7,8 +7,9 @@ Runs in its own process with TRITON_INTERPRET=1 for the stub kernel (set by the 
   has it), then, with a fix, a forced trial under that fix;
 - `trials` natural trials under the chosen fix (a failure rate);
 - with `processes`, the same workload with one process per worker over gloo.
-With `--kernel fla` or a TARGET, real kernels instead: `trials` trials, each in a fresh process with
-fresh caches (kernel_runs.py), under the chosen fix; FLA's live autotuned kernels are listed.
+With `--kernel fla`, `reference` (the reference target's forwards, reference/target_pairs.py) or a
+TARGET, real kernels instead: `trials` trials, each in a fresh process with fresh caches
+(kernel_runs.py), under the chosen fix; FLA's live autotuned kernels are listed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dflashdoctor.autotune.processes import run_processes
 from dflashdoctor.autotune.stub_kernel import autotuned_add, launch
 from dflashdoctor.autotune.trials import run_trial
 from dflashdoctor.probe_support import UsageError, probe_main
+from dflashdoctor.reference import target_pairs
 from dflashdoctor.targets import resolve
 
 
@@ -34,34 +36,47 @@ def _version(module: str) -> str | None:
         return None
 
 
+def _why_no_fla(kernel: str, gpus: int) -> str | None:
+    """Why FLA's autotuners cannot be reached here, or None when they can."""
+    runs = "FLA's Triton kernels" if kernel == "fla" else "the reference target's gated DeltaNet layers (FLA's kernels)"
+    if not gpus:
+        return f"{runs} need a CUDA GPU, and torch sees none here"
+    if not target_pairs.fla_importable():
+        return f"fla is not importable in the probed interpreter (`pip install fla-core`): {runs} cannot run"
+    return None
+
+
 def _real_kernels(settings: dict[str, Any], observations: dict[str, Any]) -> None:
-    """FLA's or the user's autotuned workload: trials in fresh processes, one thread per GPU if several."""
+    """FLA's, the reference target's or the user's autotuned workload: trials in fresh processes,
+    one thread per GPU if several."""
     import torch
 
-    fla = settings["kernel"] == "fla"
-    gpus = torch.cuda.device_count()
-    if fla and not gpus:
-        observations["kernel_skipped"] = "FLA's Triton kernels need a CUDA GPU, and torch sees none here"
-        return
-    if fla and observations["fla"] is None:
-        observations["kernel_skipped"] = "fla is not importable in the probed interpreter (`pip install fla-core`)"
-        return
-    if fla:
-        importlib.import_module("fla.ops.gated_delta_rule")
+    kernel, gpus = settings["kernel"], torch.cuda.device_count()
+    if kernel in ("fla", "reference"):
+        skipped = _why_no_fla(kernel, gpus)
+        if skipped:
+            observations["kernel_skipped"] = skipped
+            return
         observations["live_autotuners"] = live_autotuners("fla")
     else:
-        resolve(settings["kernel"])  # a TARGET that does not resolve is bad input, before any trial
+        resolve(kernel)  # a TARGET that does not resolve is bad input, before any trial
     threads = settings["threads"]
     devices = [f"cuda:{i}" for i in range(min(gpus, threads))] or ["cpu"]
     observations["devices"] = devices
+    if kernel == "reference":
+        observations["reference"] = {
+            "switch": target_pairs.describe(settings["fix"]),
+            **target_pairs.model_info(devices[0]),
+        }
     observations["kernel_trials"] = kernel_trials(
-        FLA_TARGET if fla else settings["kernel"],
+        {"fla": FLA_TARGET, "reference": target_pairs.TARGET_SPEC}.get(kernel, kernel),
         threads=threads,
         fix=settings["fix"],
         trials=max(1, settings["trials"]),
         devices=devices,
         interpret=not gpus,  # no GPU: the target's triton kernels run in the interpreter
-        timeout_s=settings["trial_timeout_s"],
+        budget_s=settings["trials_budget_s"],
+        binaries_dir=settings["binaries_dir"],
     )
 
 

@@ -1,4 +1,5 @@
-"""Shared helpers: the CLI runs as a real child process, exactly as a user runs it."""
+"""Shared helpers: the CLI runs as a real child process, exactly as a user runs it; GPU tests keep
+their reports where DFLASHDOCTOR_EVIDENCE_DIR says."""
 
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def evidence(request, tmp_path) -> Path:
+    """Where a test's report goes: the evidence folder under the test's name, else a temporary one."""
+    root = os.environ.get("DFLASHDOCTOR_EVIDENCE_DIR")
+    base = Path(root) / request.node.name.removeprefix("test_") if root else tmp_path
+    base.mkdir(parents=True, exist_ok=True)
+    return base
 
 
 def _cuda_available() -> bool:

@@ -8,8 +8,6 @@ test keeps its report directory there under the test's name (how reports/example
 from __future__ import annotations
 
 import importlib.util
-import os
-from pathlib import Path
 
 import pytest
 
@@ -18,15 +16,6 @@ from tests.conftest import run_cli
 pytestmark = pytest.mark.gpu
 FAULTS = "dflashdoctor.reference.faults"
 ENTRY = "flex_attention_forward"
-
-
-@pytest.fixture
-def evidence(request, tmp_path) -> Path:
-    """Where a test's report goes: the evidence folder under the test's name, else a temporary one."""
-    root = os.environ.get("DFLASHDOCTOR_EVIDENCE_DIR")
-    base = Path(root) / request.node.name.removeprefix("test_") if root else tmp_path
-    base.mkdir(parents=True, exist_ok=True)
-    return base
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 triton = pytest.importorskip("triton")
 
@@ -62,15 +63,26 @@ def test_one_process_per_worker_shares_no_autotuner(cli):
     [
         (["--threads", "1"], "--threads must be between 2 and 64 (a race needs two)"),
         (["--fix", "pray"], "unknown fix 'pray'; expected one of none, lock, sequential"),
-        (["--kernel", "flash"], "unknown kernel 'flash'; expected stub, fla, or a TARGET module:attr / file.py:attr"),
+        (
+            ["--kernel", "flash"],
+            "unknown kernel 'flash'; expected stub, fla, reference, or a TARGET module:attr / file.py:attr",
+        ),
         (["--kernel", "no_such_module:fn"], "no module named 'no_such_module'"),
         (["--processes", "1"], "--trials must be 0 or more, and --processes 0 (off) or at least 2"),
+        (["--triton-binaries", "."], "--triton-binaries is for real kernels (--kernel fla, reference or a TARGET)"),
     ],
 )
 def test_bad_race_options_exit_2(cli, args, message):
     run = cli("race", *args)
     assert run.code == 2
     assert run.stderr.strip() == f"dflashdoctor: {message}"
+
+
+def test_binaries_folder_that_is_a_file_exits_2(cli, tmp_path):
+    (tmp_path / "binaries").write_text("not a folder", encoding="utf-8")
+    run = cli("race", "--kernel", "fla", "--triton-binaries", "binaries")
+    assert run.code == 2
+    assert run.stderr.strip() == "dflashdoctor: --triton-binaries binaries is not a directory"
 
 
 SHARED_STUB = "dflashdoctor.autotune.stub_kernel:shared_add"
@@ -85,14 +97,42 @@ def test_target_trials_run_in_fresh_processes_and_the_lock_holds(cli):
     assert all(t["outputs_equal"] and t["fix"] == "lock" for t in trials)
     assert measurements["devices"] == ["cpu"]
     assert all(entry["serialized"] for t in trials for entry in t["concurrent_entries"])
+    # The interpreter compiles nothing, so no trial found binaries; and no tuning result on disk.
+    assert [t["binaries_cached"] for t in trials] == [False, False]
+    assert all(t["tuning_results_on_disk"] == 0 for t in trials)
+    assert run.check("cold tuning")["status"] == "pass"
 
 
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks what happens without a GPU")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")
 def test_fla_kernels_without_a_gpu_say_why(cli):
     run = cli("race", "--kernel", "fla")
     assert run.code == 0, run.stdout + run.stderr
     assert run.check("real kernels")["status"] == "skip"
     assert "need a CUDA GPU" in run.check("real kernels")["summary"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")
+def test_reference_target_forwards_without_a_gpu_say_why(cli):
+    run = cli("race", "--kernel", "reference", "--fix", "sequential")
+    assert run.code == 0, run.stdout + run.stderr
+    summary = run.check("real kernels")["summary"]
+    assert "the reference target's gated DeltaNet layers (FLA's kernels) need a CUDA GPU" in summary
+    assert run.report["environment"]["target"] == "reference kernel, 2 threads, fix sequential"
+
+
+def test_reference_target_forward_is_deterministic_per_pair():
+    """Each pair owns a seeded target and inputs: a repeat call equals the first, pairs differ, and
+    the target keeps the 27B's layer pattern (gated DeltaNet, then full attention)."""
+    from dflashdoctor.reference import target_pairs
+
+    first, again, other = (target_pairs.target_forward(w, "cpu") for w in (0, 0, 1))
+    assert first.shape == (1, target_pairs.TOKENS, 192)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    info = target_pairs.model_info("cpu")
+    assert info["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    assert info["linear_attention"] in ("torch fallback", "fla kernel")
+    assert target_pairs.describe("none") == "reference target forwards: concurrent"
+    assert target_pairs.describe("sequential") == "reference target forwards: sequential"
 
 
 def _in_child(code: str) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dflashdoctor.autotune import FIXES, KERNELS
@@ -13,6 +14,7 @@ from dflashdoctor.report import Report
 from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
 
 MAX_THREADS = 64
+_PROBE_MARGIN_S = 60.0  # of --timeout, for the probe's own start, audit and report
 
 
 @dataclass
@@ -25,6 +27,7 @@ class RaceOptions:
     processes: int = 0
     python: str | None = None
     timeout_s: float = 600.0
+    binaries_dir: Path | None = None  # compiled kernels kept across runs; tuning stays cold regardless
 
 
 def validate(options: RaceOptions) -> None:
@@ -36,6 +39,10 @@ def validate(options: RaceOptions) -> None:
         )
     if options.fix not in FIXES:
         raise BadInput(f"unknown fix {options.fix!r}; expected one of {', '.join(FIXES)}")
+    if options.binaries_dir is not None and options.binaries_dir.exists() and not options.binaries_dir.is_dir():
+        raise BadInput(f"--triton-binaries {options.binaries_dir} is not a directory")
+    if options.binaries_dir is not None and options.kernel == "stub":
+        raise BadInput("--triton-binaries is for real kernels (--kernel fla, reference or a TARGET)")
     if options.trials < 0 or options.processes < 0 or options.processes == 1:
         raise BadInput("--trials must be 0 or more, and --processes 0 (off) or at least 2")
 
@@ -48,7 +55,8 @@ def probe_config(options: RaceOptions) -> dict[str, Any]:
         "fix": options.fix,
         "seed": options.seed,
         "processes": options.processes,
-        "trial_timeout_s": max(60.0, options.timeout_s / max(1, options.trials + 1)),
+        "trials_budget_s": max(60.0, options.timeout_s - _PROBE_MARGIN_S),
+        "binaries_dir": str(options.binaries_dir.resolve()) if options.binaries_dir else None,
     }
 
 

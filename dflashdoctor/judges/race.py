@@ -55,10 +55,13 @@ class RaceJudge(Judge):
             self._series(self.obs["natural"], "natural trials", "unforced trials")
         if self.obs.get("kernel_skipped"):
             self._check("real kernels", "skip", self.obs["kernel_skipped"])
+        if "reference" in self.obs:
+            self._reference(self.obs["reference"])
         if "kernel_trials" in self.obs:
             self.measurements["devices"] = self.obs["devices"]
             self.measurements["live_autotuners"] = self.obs.get("live_autotuners")
-            self._series(self.obs["kernel_trials"], "kernel trials", "trials (each a fresh process, cold caches)")
+            self._series(self.obs["kernel_trials"], "kernel trials", "trials (each a fresh process, tuning cold)")
+            self._cold_tuning(self.obs["kernel_trials"])
         if self.obs.get("processes"):
             self._processes()
         self.measurements.update(
@@ -153,6 +156,31 @@ class RaceJudge(Judge):
             f"{len(failed)} of {len(trials)} {what} failed with --fix {self.fix}"
             + ("; outputs equal to single-threaded runs" if equal and not failed else ""),
             *(["autotuner-race"] if failed else []),
+        )
+
+    def _cold_tuning(self, trials: list[dict[str, Any]]) -> None:
+        """A trial only tests the race if it tuned cold: no tuning result may have come from disk."""
+        stored = max((t.get("tuning_results_on_disk", 0) for t in trials), default=0)
+        self._check(
+            "cold tuning",
+            "warn" if stored else "pass",
+            f"{stored} tuning results were written to the trials' TRITON_CACHE_DIR, so later trials may have read "
+            "them instead of tuning"
+            if stored
+            else "no tuning result was stored on disk: every trial tuned every key in a fresh process",
+        )
+
+    def _reference(self, reference: dict[str, Any]) -> None:
+        """The reference pairs' target: it only tests the race if its layers reach FLA's autotuners."""
+        self.measurements["reference"] = reference
+        impl = reference["linear_attention"] or "no gated DeltaNet layer"
+        kinds = reference["layer_types"]
+        linear = sum(kind == "linear_attention" for kind in kinds)
+        self._check(
+            "reference setup",
+            "pass" if impl.startswith("fla") else "warn",
+            f"{reference['switch']}; each pair's target: {linear} of {len(kinds)} layers gated DeltaNet via "
+            f"{impl}, {reference['tokens']} tokens",
         )
 
     def _processes(self) -> None:
