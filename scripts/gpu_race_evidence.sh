@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # On a CUDA machine with fla-core (two GPUs for the data-parallel layout): the race runs kept under
 # reports/examples/, and the guard's cost on real FLA calls.
-#   OUT=/some/dir bash scripts/gpu_race_evidence.sh [runs|bench]
-# Report folders and console output land in $OUT/race-evidence.tgz; exit codes and wall times in
-# $OUT/race-runs.txt; the benchmark's output in $OUT/autotuner_guard.txt. The runs share one folder
-# of compiled binaries (each trial still tunes cold; the reports check it).
+#   OUT=/some/dir bash scripts/gpu_race_evidence.sh [fla|reference|bench]...   (default: all three)
+# Report folders and console output land in $OUT/race-evidence/ as each run ends (a run cut short
+# loses only itself); exit codes and wall times in $OUT/race-runs.txt; the benchmark's output in
+# $OUT/autotuner_guard.txt. The runs share one folder of compiled binaries (each trial still tunes
+# cold; the reports check it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-reports=$(mktemp -d)
+reports="$OUT/race-evidence"
 binaries=$(mktemp -d)
-what=${1:-runs}
+mkdir -p "$reports"
 
 race() {
   local name=$1
@@ -20,14 +21,21 @@ race() {
   echo "$name: exit $? in $((SECONDS - started)) s" | tee -a "$OUT/race-runs.txt"
 }
 
-if [ "$what" = runs ]; then
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-  race h200x2-race-fla --kernel fla --threads 2 --trials 5
-  race h200x2-race-fla-fix-lock --kernel fla --threads 2 --trials 5 --fix lock
-  race h200x2-race-fla-fix-sequential --kernel fla --threads 2 --trials 5 --fix sequential
-  race h200x2-race-reference --kernel reference --threads 2 --trials 3
-  race h200x2-race-reference-fix-sequential --kernel reference --threads 2 --trials 3 --fix sequential
-  tar czf "$OUT/race-evidence.tgz" -C "$reports" .
-else
-  python3 benchmarks/autotuner_guard.py --device cuda 2>&1 | tee "$OUT/autotuner_guard.txt"
-fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(fla reference bench)
+for what in "${parts[@]}"; do
+  case $what in
+  fla)
+    race h200x2-race-fla --kernel fla --threads 2 --trials 5
+    race h200x2-race-fla-fix-lock --kernel fla --threads 2 --trials 5 --fix lock
+    race h200x2-race-fla-fix-sequential --kernel fla --threads 2 --trials 5 --fix sequential
+    ;;
+  reference)
+    race h200x2-race-reference --kernel reference --threads 2 --trials 3
+    race h200x2-race-reference-fix-sequential --kernel reference --threads 2 --trials 3 --fix sequential
+    ;;
+  bench) TRITON_CACHE_DIR="$binaries" python3 benchmarks/autotuner_guard.py --device cuda 2>&1 | tee "$OUT/autotuner_guard.txt" ;;
+  *) echo "unknown part $what (fla, reference, bench)" >&2 && exit 2 ;;
+  esac
+done

@@ -55,7 +55,7 @@ def test_fla_threads_crash_the_shared_autotuner(race):
 
 @pytest.mark.parametrize("fix", ["lock", "sequential"])
 def test_fla_fix_holds_with_equal_outputs(race, fix):
-    run = race("--kernel", "fla", "--trials", "2", "--fix", fix)
+    run = race("--kernel", "fla", "--trials", "1", "--fix", fix)
     assert run.code == 0, run.stdout + run.stderr
     trials = _tuned_cold(run)
     assert all(not t["failed"] and t["outputs_equal"] is True for t in trials)
@@ -72,7 +72,7 @@ def test_reference_concurrent_target_forwards_are_caught(race):
 
 
 def test_reference_sequential_target_forwards_are_clean(race):
-    run = race("--kernel", "reference", "--trials", "2", "--fix", "sequential")
+    run = race("--kernel", "reference", "--trials", "1", "--fix", "sequential")
     assert run.code == 0, run.stdout + run.stderr
     assert all(not t["failed"] and t["concurrent_entries"] == [] for t in _tuned_cold(run))
     assert "sequential" in run.check("reference setup")["summary"]
