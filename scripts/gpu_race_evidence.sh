@@ -2,16 +2,15 @@
 # On a CUDA machine with fla-core (two GPUs for the data-parallel layout): the race runs kept under
 # reports/examples/, and the guard's cost on real FLA calls.
 #   OUT=/some/dir bash scripts/gpu_race_evidence.sh [fla|reference|bench]...   (default: all three)
-# Report folders and console output land in $OUT/race-evidence/ as each run ends (a run cut short
-# loses only itself); exit codes and wall times in $OUT/race-runs.txt; the benchmark's output in
+# Report folders and console output land in $OUT/race-evidence.tgz, packed again as each run ends
+# (a run cut short loses only itself; one archive, since the device tool brings back few files); exit codes and wall times in $OUT/race-runs.txt; the benchmark's output in
 # $OUT/autotuner_guard.txt. The runs share one folder of compiled binaries (each trial still tunes
 # cold; the reports check it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-reports="$OUT/race-evidence"
+reports=$(mktemp -d)
 binaries=$(mktemp -d)
-mkdir -p "$reports"
 
 race() {
   local name=$1
@@ -19,6 +18,7 @@ race() {
   local started=$SECONDS
   python3 -m dflashdoctor race --report-dir "$reports/$name" --triton-binaries "$binaries" "$@" >"$reports/$name.txt" 2>&1
   echo "$name: exit $? in $((SECONDS - started)) s" | tee -a "$OUT/race-runs.txt"
+  tar czf "$OUT/race-evidence.tgz" -C "$reports" .
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"

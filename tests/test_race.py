@@ -188,7 +188,7 @@ def test_guard_records_an_overlap_that_did_not_crash():
         with AutotunerGuard() as guard:
             first = threading.Thread(target=call, args=(1,), name="pair-0")
             first.start()
-            while guard.entries < 1:
+            while guard.calls_inside() < 1:
                 pass
             second = threading.Thread(target=call, args=(2, second_done), name="pair-1")
             second.start()

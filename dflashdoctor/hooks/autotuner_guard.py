@@ -29,9 +29,8 @@ import functools
 import sys
 import threading
 import traceback
-import weakref
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 _STACK_LIMIT = 12
@@ -51,21 +50,27 @@ class ConcurrentEntry:
         return asdict(self)
 
 
-@dataclass
 class _Inside:
     """A call in progress. Its coldness is worked out only if another thread overlaps it, so a call
     nobody overlaps pays for nothing but this record."""
 
-    thread: threading.Thread
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    depth: int = 1
+    __slots__ = ("args", "depth", "kwargs")
+
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.args, self.kwargs, self.depth = args, kwargs, 1
 
 
-@dataclass
 class _InstanceState:
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    inside: dict[int, _Inside] = field(default_factory=dict)  # thread ident -> its call
+    """Per autotuner: its lock (for serialize) and the calls inside it, by thread ident. Only a
+    thread itself adds, deepens or removes its own entry, and single dict operations are atomic,
+    so the warm path takes no lock of ours."""
+
+    __slots__ = ("inside", "lock", "tuner")
+
+    def __init__(self, tuner: Any) -> None:
+        self.tuner = tuner  # held, so that its id is not reused while the guard is active
+        self.lock = threading.RLock()
+        self.inside: dict[int, _Inside] = {}
 
 
 def kernel_name(tuner: Any) -> str:
@@ -95,12 +100,15 @@ class AutotunerGuard:
     def __init__(self, serialize: bool = False) -> None:
         self.serialize = serialize
         self.events: list[ConcurrentEntry] = []
-        self.entries = 0
         self.unavailable: str | None = None
-        self._states: weakref.WeakKeyDictionary[Any, _InstanceState] = weakref.WeakKeyDictionary()
-        self._book = threading.Lock()  # guards _states and events, held only for bookkeeping
+        self._states: dict[int, _InstanceState] = {}  # id(tuner) -> state; the state holds the tuner
+        self._book = threading.Lock()  # guards new states and events, held only off the warm path
         self._cls: Any = None
         self._original: Callable[..., Any] | None = None
+
+    def calls_inside(self) -> int:
+        """Autotuner calls in progress right now, over every instance (what a watchdog would read)."""
+        return sum(len(state.inside) for state in list(self._states.values()))
 
     def __enter__(self) -> AutotunerGuard:
         try:
@@ -123,51 +131,51 @@ class AutotunerGuard:
 
     def _guarded(self, run: Callable[..., Any]) -> Callable[..., Any]:
         guard = self
+        get_ident = threading.get_ident
 
         @functools.wraps(run)
         def guarded_run(tuner: Any, *args: Any, **kwargs: Any) -> Any:
-            me = threading.get_ident()
-            state = guard._enter(tuner, me, args, kwargs)
+            me = get_ident()
+            state = guard._states.get(id(tuner)) or guard._new_state(tuner)
+            guard._enter(tuner, state, me, args, kwargs)
             try:
                 if guard.serialize:
                     with state.lock:
                         return run(tuner, *args, **kwargs)
                 return run(tuner, *args, **kwargs)
             finally:
-                guard._leave(state, me)
+                mine = state.inside[me]
+                mine.depth -= 1
+                if mine.depth == 0:
+                    del state.inside[me]
 
         return guarded_run
 
-    def _enter(self, tuner: Any, me: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _InstanceState:
+    def _new_state(self, tuner: Any) -> _InstanceState:
         with self._book:
-            self.entries += 1
-            state = self._states.get(tuner)
-            if state is None:
-                state = self._states[tuner] = _InstanceState()
-            mine = state.inside.get(me)
-            if mine is not None:  # a subclass calling super().run: the same call, one level deeper
-                mine.depth += 1
-                return state
-            others = list(state.inside.items())
-            state.inside[me] = _Inside(threading.current_thread(), args, kwargs)
-        for ident, other in others:
-            self._record(tuner, ident, other, _is_cold(tuner, args, kwargs))
-        return state
+            return self._states.setdefault(id(tuner), _InstanceState(tuner))
 
-    def _leave(self, state: _InstanceState, me: int) -> None:
-        with self._book:
-            mine = state.inside[me]
-            mine.depth -= 1
-            if mine.depth == 0:
-                del state.inside[me]
+    def _enter(self, tuner: Any, state: _InstanceState, me: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        inside = state.inside
+        mine = inside.get(me)
+        if mine is not None:  # a subclass calling super().run: the same call, one level deeper
+            mine.depth += 1
+            return
+        inside[me] = _Inside(args, kwargs)
+        if len(inside) > 1:  # every thread adds itself before it looks, so one of two always sees the other
+            cold = _is_cold(tuner, args, kwargs)
+            for ident, other in list(inside.items()):
+                if ident != me:
+                    self._record(tuner, ident, other, cold)
 
     def _record(self, tuner: Any, ident: int, other: _Inside, cold: bool | None) -> None:
         frame = sys._current_frames().get(ident)
         their_stack = _format(traceback.extract_stack(frame)) if frame is not None else []
         my_stack = _format(traceback.extract_stack(sys._getframe(3)))
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
         event = ConcurrentEntry(
             kernel=kernel_name(tuner),
-            threads=[other.thread.name, threading.current_thread().name],
+            threads=[names.get(ident, str(ident)), threading.current_thread().name],
             stacks=[their_stack, my_stack],
             # The call inside is cold if its key is still not cached: it is tuning right now.
             cold=[_is_cold(tuner, other.args, other.kwargs), cold],
