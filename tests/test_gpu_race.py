@@ -49,6 +49,10 @@ def test_fla_threads_crash_the_shared_autotuner(race):
     (found,) = run.findings("autotuner-race")
     assert found["evidence"]["versions"]["fla"]
     assert "autotuner.py" in found["evidence"]["failing_frame"]
+    # Named where it is actionable: the FLA line that launched the kernel, and the kernel itself.
+    assert "/fla/" in found["where"]["file"] and found["evidence"]["kernel"]
+    reached = run.report["results"][0]["measurements"]["autotuners_reached"]
+    assert "l2norm_fwd_kernel" in reached and len(reached) >= 6
     live = run.report["results"][0]["measurements"]["live_autotuners"]
     assert {"CachedAutotuner"} <= {k["class"] for k in live} and len(live) >= 6
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from dflashdoctor.autotune import stub_kernel
+
 triton = pytest.importorskip("triton")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +29,10 @@ def test_two_threads_crash_the_shared_autotuner(cli):
     assert run.code == 1, run.stdout + run.stderr
     (race,) = run.findings("autotuner-race")
     assert race["evidence"]["exception"] == "TypeError: 'NoneType' object is not a mapping"
-    assert race["where"]["file"].endswith(os.path.join("triton", "runtime", "autotuner.py"))
+    # Where: the line that launched the kernel; the failing frame inside triton is evidence.
+    assert (race["where"]["file"], race["where"]["function"]) == (stub_kernel.__file__, "launch")
+    assert race["evidence"]["failing_frame"].split(":")[0].endswith(os.path.join("triton", "runtime", "autotuner.py"))
+    assert race["evidence"]["kernel"] == "add_kernel" and race["title"].endswith("(`add_kernel`)")
     assert set(race["evidence"]["stacks"]) == {"worker-0", "worker-1"}  # both threads' stacks
     assert race["evidence"]["versions"]["triton"] == triton.__version__
     assert any("triton-lang/triton/issues/3095" in ref for ref in race["refs"])
@@ -101,6 +106,7 @@ def test_target_trials_run_in_fresh_processes_and_the_lock_holds(cli):
     assert [t["binaries_cached"] for t in trials] == [False, False]
     assert all(t["tuning_results_on_disk"] == 0 for t in trials)
     assert run.check("cold tuning")["status"] == "pass"
+    assert measurements["autotuners_reached"] == ["add_kernel"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")

@@ -21,12 +21,13 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from types import TracebackType
 from typing import Any
 
 import torch
 
 from dflashdoctor.autotune import FIXES
-from dflashdoctor.hooks.autotuner_guard import AutotunerGuard
+from dflashdoctor.hooks.autotuner_guard import AutotunerGuard, kernel_name
 
 _JITTER_S = 0.002
 
@@ -38,6 +39,8 @@ class ThreadError:
     message: str
     frame: str  # file:line in function, innermost
     traceback: str
+    kernel: str | None = None  # the autotuned kernel whose run raised
+    launch_site: str | None = None  # file:line in function that launched it (`kernel[grid](...)`)
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Trial:
     errors: list[ThreadError] = field(default_factory=list)
     outputs_equal: bool | None = None  # every finished thread's output equals the single-threaded one
     concurrent_entries: list[dict[str, Any]] = field(default_factory=list)
+    autotuners_entered: list[str] = field(default_factory=list)  # every autotuned kernel the calls reached
     duration_s: float = 0.0
 
     @property
@@ -86,8 +90,29 @@ class _ForcedSchedule:
                 self._release.set()
 
 
+def _failing_kernel(tb: TracebackType | None) -> str | None:
+    """The autotuner a traceback ran through, innermost first: the `self` of its run or benchmark."""
+    kernel = None
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if owner is not None and any(c.__name__ == "Autotuner" for c in type(owner).__mro__):
+            kernel = kernel_name(owner)
+        tb = tb.tb_next
+    return kernel
+
+
+def _launch_site(frames: traceback.StackSummary) -> str | None:
+    """The frame that launched the autotuned kernel: the one before triton's launcher (`jit.py`)."""
+    launches = [i for i, f in enumerate(frames) if f.filename.replace("\\", "/").endswith("triton/runtime/jit.py")]
+    if not launches or launches[-1] == 0:
+        return None
+    caller = frames[launches[-1] - 1]
+    return f"{caller.filename}:{caller.lineno} in {caller.name}"
+
+
 def thread_error(exc: BaseException) -> ThreadError:
-    """The exception a worker thread ended with, with its innermost frame."""
+    """The exception a worker thread ended with, with its innermost frame, the autotuned kernel it
+    was in and the line that launched that kernel."""
     frames = traceback.extract_tb(exc.__traceback__)
     last = frames[-1] if frames else None
     return ThreadError(
@@ -96,6 +121,8 @@ def thread_error(exc: BaseException) -> ThreadError:
         message=str(exc)[:500],
         frame=f"{last.filename}:{last.lineno} in {last.name}" if last else "",
         traceback="".join(traceback.format_exception(exc))[-4000:],
+        kernel=_failing_kernel(exc.__traceback__),
+        launch_site=_launch_site(frames),
     )
 
 
@@ -139,6 +166,7 @@ def run_threads(
             thread.join()
     trial.duration_s = round(time.perf_counter() - started, 3)
     trial.concurrent_entries = [event.to_dict() for event in guard.events]
+    trial.autotuners_entered = guard.kernels_entered()
     return trial, outputs
 
 

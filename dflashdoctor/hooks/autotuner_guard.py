@@ -106,6 +106,10 @@ class AutotunerGuard:
         self._cls: Any = None
         self._original: Callable[..., Any] | None = None
 
+    def kernels_entered(self) -> list[str]:
+        """Every autotuned kernel called while the guard was on: the inventory of a run's autotuners."""
+        return sorted({kernel_name(state.tuner) for state in list(self._states.values())})
+
     def calls_inside(self) -> int:
         """Autotuner calls in progress right now, over every instance (what a watchdog would read)."""
         return sum(len(state.inside) for state in list(self._states.values()))

@@ -62,6 +62,7 @@ class RaceJudge(Judge):
             self.measurements["live_autotuners"] = self.obs.get("live_autotuners")
             self._series(self.obs["kernel_trials"], "kernel trials", "trials (each a fresh process, tuning cold)")
             self._cold_tuning(self.obs["kernel_trials"])
+            self._reached(self.obs["kernel_trials"])
         if self.obs.get("processes"):
             self._processes()
         self.measurements.update(
@@ -158,6 +159,17 @@ class RaceJudge(Judge):
             *(["autotuner-race"] if failed else []),
         )
 
+    def _reached(self, trials: list[dict[str, Any]]) -> None:
+        """The inventory that matters: the autotuned kernels the workload's calls really reached."""
+        reached = sorted({kernel for t in trials for kernel in t.get("autotuners_entered", [])})
+        self.measurements["autotuners_reached"] = reached
+        if reached:
+            self._check(
+                "autotuners reached",
+                "info",
+                f"{len(reached)} shared autotuned kernels on the workload's path: {', '.join(reached)}",
+            )
+
     def _cold_tuning(self, trials: list[dict[str, Any]]) -> None:
         """A trial only tests the race if it tuned cold: no tuning result may have come from disk."""
         stored = max((t.get("tuning_results_on_disk", 0) for t in trials), default=0)
@@ -225,8 +237,13 @@ class RaceJudge(Judge):
         for entry in trial["concurrent_entries"]:
             for thread, stack in zip(entry["threads"], entry["stacks"], strict=False):
                 stacks.setdefault(thread, "\n".join(stack))
+        kernel, launch = (error.get("kernel"), error.get("launch_site")) if error else (None, None)
+        if kernel:
+            title += f" (`{kernel}`)"
         detail = (
-            f"{error['type']}: {error['message']} in {error['frame']}. "
+            f"{error['type']}: {error['message']} in {error['frame']}"
+            + (f", inside `{kernel}` launched at {launch}" if kernel and launch else "")
+            + ". "
             if error
             else "No thread raised, but the outputs differ from a single-threaded run. "
         )
@@ -236,15 +253,19 @@ class RaceJudge(Judge):
             "triton's Autotuner.run keeps `nargs` on the shared instance and sets it to None when a call ends, "
             "so a thread still benchmarking reads the other thread's None."
         )
+        if error and trial["outputs_equal"] is False:
+            detail += " A thread that did not raise returned an output that differs from a single-threaded run."
         self.findings.append(
             finding(
                 "autotuner-race",
                 title,
                 detail=detail,
-                where=_where(error["frame"]) if error else None,
+                where=_where(launch or error["frame"]) if error else None,
                 evidence={
                     "exception": f"{error['type']}: {error['message']}" if error else None,
                     "failing_frame": error["frame"] if error else None,
+                    "kernel": kernel,
+                    "launch_site": launch,
                     "stacks": stacks,
                     "concurrent_entries": trial["concurrent_entries"],
                     "versions": {k: self.obs.get(k) for k in ("triton", "torch", "fla", "python")},
