@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from dflashdoctor import __version__
+from dflashdoctor.commands.cache import CacheOptions, cache
 from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compile
 from dflashdoctor.commands.race import RaceOptions, race
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
@@ -184,6 +185,70 @@ def race_command(
     )
     report = race(options, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+
+
+cache_app = typer.Typer(
+    help="Integrity of the Triton, Inductor and autotune caches: check, quarantine, restore.", no_args_is_help=True
+)
+app.add_typer(cache_app, name="cache")
+TritonDirOpt = Annotated[
+    Path | None, typer.Option("--triton-dir", help="A Triton cache root (default: as triton resolves it).")
+]
+InductorDirOpt = Annotated[
+    Path | None, typer.Option("--inductor-dir", help="An Inductor cache root (default: as torch resolves it).")
+]
+AllRootsOpt = Annotated[
+    bool,
+    typer.Option("--all-roots", help="Also the default roots the environment overrides, and their triton folders."),
+]
+
+
+def _cache(options: CacheOptions, json_output: bool, report_dir: Path | None, verbose: bool) -> None:
+    report = cache(options, _argv())
+    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+
+
+@cache_app.command("check")
+def cache_check(
+    triton_dir: TritonDirOpt = None,
+    inductor_dir: InductorDirOpt = None,
+    all_roots: AllRootsOpt = False,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Find every broken, interrupted or stale entry, and hazards of where the caches live."""
+    _cache(CacheOptions("check", triton_dir, inductor_dir, all_roots), json_output, report_dir, verbose)
+
+
+@cache_app.command("fix")
+def cache_fix(
+    triton_dir: TritonDirOpt = None,
+    inductor_dir: InductorDirOpt = None,
+    all_roots: AllRootsOpt = False,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Move each broken entry, whole, into a quarantine beside its root, with a manifest. Deletes nothing."""
+    _cache(CacheOptions("fix", triton_dir, inductor_dir, all_roots), json_output, report_dir, verbose)
+
+
+@cache_app.command("restore")
+def cache_restore(
+    quarantine: Annotated[
+        Path | None, typer.Argument(help="A quarantine folder (default: the latest of each root).")
+    ] = None,
+    triton_dir: TritonDirOpt = None,
+    inductor_dir: InductorDirOpt = None,
+    all_roots: AllRootsOpt = False,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Put a quarantine's entries back, byte-identical (checked against its manifest)."""
+    options = CacheOptions("restore", triton_dir, inductor_dir, all_roots, quarantine)
+    _cache(options, json_output, report_dir, verbose)
 
 
 def main() -> None:

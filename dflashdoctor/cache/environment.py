@@ -1,0 +1,60 @@
+"""Where a cache root lives: the filesystem under it, its free space, whether we may write it, and
+whether several ranks of one job are set up to share it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# Filesystems where triton's rename-based writes are not safe across clients, or slow (FACTS.md:
+# EBUSY / FileNotFoundError seen on NFS).
+NETWORK_FILESYSTEMS = {
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs", "9p",
+    "afs", "fuse.sshfs", "fuse.gcsfuse", "fuse.s3fs", "fuse.juicefs", "fuse.glusterfs", "fuse.ceph", "wekafs",
+}  # fmt: skip
+LOW_FREE_BYTES = 2 * 2**30
+_RANK_VARIABLES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
+
+def _unescape(field: str) -> str:
+    """Mount table fields escape space, tab, newline and backslash as octal."""
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def mount_of(path: Path, mounts_file: Path = Path("/proc/mounts")) -> tuple[str, str] | None:
+    """(mount point, filesystem type) of the mount holding `path`: the longest matching mount point."""
+    try:
+        lines = mounts_file.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    target = str(path.resolve())
+    best: tuple[str, str] | None = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point, fstype = _unescape(fields[1]), fields[2]
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) > len(best[0])):
+            best = (point, fstype)
+    return best
+
+
+def inspect_root(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    """Facts about a root's place; the judge turns them into findings."""
+    facts: dict[str, Any] = {}
+    mount = mount_of(path)
+    if mount:
+        facts["mount_point"], facts["filesystem"] = mount
+        facts["network_filesystem"] = mount[1] in NETWORK_FILESYSTEMS
+    usage = shutil.disk_usage(path)
+    facts["free_bytes"] = usage.free
+    facts["low_space"] = usage.free < LOW_FREE_BYTES
+    facts["writable"] = os.access(path, os.W_OK | os.X_OK)
+    sizes = {name: env[name] for name in _RANK_VARIABLES if env.get(name, "").isdigit() and int(env[name]) > 1}
+    rank_specific = any(env.get(v, "") and env[v] in path.parts for v in ("RANK", "LOCAL_RANK"))
+    facts["shared_by_ranks"] = sizes if sizes and not rank_specific else {}
+    return facts

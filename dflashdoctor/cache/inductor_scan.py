@@ -1,0 +1,116 @@
+"""Checks an Inductor cache root against how torch writes it.
+
+Layout: `fxgraph/<shard>/<key>/<entry>` and `aotautograd/<key>/<entry>` (pickled: checked for
+presence and size, never unpickled); two-character shard folders of generated code (`.py`, which must
+`compile()`; `.cpp`/`.h` text; `.so` ELF; `.best_config` and `.json` JSON); `cache/` the JSON timing
+cache; `*.lock` in `locks/` folders (filelock leaves them, empty, by design: not reported); `triton/<device>/` (Triton
+roots, scanned as such). torch writes through `.<pid>.<thread>.tmp` then rename, so a leftover one
+is an interrupted write.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from dflashdoctor.cache.files import by_suffix
+from dflashdoctor.cache.model import Problem, ProblemKind, RootScan
+from dflashdoctor.cache.processes import pid_alive
+
+TMP_FILE = re.compile(r"^\.(\d+)\.(\d+)\.tmp$")
+_ENTRY_TREES = ("fxgraph", "aotautograd")  # one folder per cache entry, files inside pickled
+_SKIPPED = ("locks", "triton")  # lock files by design; Triton roots checked on their own
+
+
+class _InductorScan:
+    def __init__(self, root: Path, source: str) -> None:
+        self.root = root
+        self.scan = RootScan("inductor", str(root), source)
+
+    def run(self) -> RootScan:
+        started = time.perf_counter()
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                path = Path(entry.path)
+                if entry.name in _SKIPPED and entry.is_dir(follow_symlinks=False):
+                    continue
+                if entry.name in _ENTRY_TREES and entry.is_dir(follow_symlinks=False):
+                    self._entry_tree(path)
+                elif entry.is_dir(follow_symlinks=False):
+                    self._files_under(path)
+                else:
+                    self._file(path)
+        self.scan.seconds = round(time.perf_counter() - started, 3)
+        return self.scan
+
+    def _entry_tree(self, tree: Path) -> None:
+        """Each leaf folder is one entry: present, and every file in it non-empty."""
+        for folder, dirs, files in os.walk(tree):
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+            if dirs or not files:
+                if not dirs and not files and Path(folder) != tree:
+                    self._problem("corrupt", Path(folder), "empty cache entry folder", [])
+                continue
+            self.scan.entries += 1
+            reasons, bad = [], []
+            for name in files:
+                path = Path(folder, name)
+                if self._tmp(path):
+                    continue
+                size = self._size(path)
+                if size is None or size == 0:
+                    reasons.append(f"{name}: {'empty file' if size == 0 else 'cannot be read'}")
+                    bad.append(str(path))
+            if reasons:
+                self._problem("corrupt", Path(folder), "; ".join(reasons), bad)
+
+    def _files_under(self, folder: Path) -> None:
+        for parent, dirs, files in os.walk(folder):
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(parent, d))]
+            for name in files:
+                self._file(Path(parent, name))
+
+    def _file(self, path: Path) -> None:
+        if self._tmp(path):
+            return
+        if path.suffix == ".lock":  # filelock's lock files: empty, and left in place, by design
+            self._size(path)
+            return
+        size = self._size(path)
+        self.scan.entries += 1
+        if size is None:
+            self._problem("corrupt", path, "cannot be read (a dangling link or a link loop)", [str(path)])
+            return
+        problem = by_suffix(path, size)
+        if problem:
+            self._problem("corrupt", path, problem, [str(path)])
+
+    def _size(self, path: Path) -> int | None:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return None
+        self.scan.files += 1
+        self.scan.bytes += size
+        return size
+
+    def _tmp(self, path: Path) -> bool:
+        match = TMP_FILE.match(path.name)
+        if not match:
+            return False
+        pid = int(match[1])
+        if pid_alive(pid):
+            self.scan.notes.append(f"{path}: a write in progress by process {pid}, which is running")
+        else:
+            gone = f"temporary file of process {pid}, which is no longer running"
+            self._problem("orphan-tmp", path, gone, [str(path)])
+        return True
+
+    def _problem(self, kind: ProblemKind, path: Path, reason: str, files: list[str]) -> None:
+        self.scan.problems.append(Problem(kind, str(path), reason, files))
+
+
+def scan_inductor(root: Path, source: str) -> RootScan:
+    return _InductorScan(root, source).run()

@@ -1,0 +1,89 @@
+"""Where the caches are, resolved as triton and torch resolve them (FACTS.md, read from their sources).
+
+- Triton: `TRITON_CACHE_DIR`, else `$TRITON_HOME/.triton/cache` (TRITON_HOME defaults to `~`).
+- Inductor: `TORCHINDUCTOR_CACHE_DIR` (made absolute), else `<tempdir>/torchinductor_<user>`.
+  Under Inductor, Triton's kernels go to `<inductor>/triton/<device>` unless `TRITON_CACHE_DIR` is
+  set; those folders are Triton roots of their own.
+Neither library is imported: resolving a path must not start torch.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from dflashdoctor.cache.model import RootKind
+
+
+@dataclass(frozen=True)
+class CacheRoot:
+    kind: RootKind
+    path: Path
+    source: str
+    relative: bool = False  # the configured path was relative: triton's group files break when cwd changes
+
+
+def _user() -> str:
+    try:
+        name = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        name = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    return re.sub(r'[\\/:*?"<>|]', "_", name)
+
+
+def triton_root(env: Mapping[str, str]) -> CacheRoot:
+    if env.get("TRITON_CACHE_DIR"):
+        raw = env["TRITON_CACHE_DIR"]
+        return CacheRoot("triton", Path(raw).absolute(), "TRITON_CACHE_DIR", relative=not os.path.isabs(raw))
+    home = env.get("TRITON_HOME") or os.path.expanduser("~")
+    source = "TRITON_HOME" if env.get("TRITON_HOME") else "default (~/.triton/cache)"
+    return CacheRoot("triton", Path(home, ".triton", "cache").absolute(), source)
+
+
+def inductor_root(env: Mapping[str, str]) -> CacheRoot:
+    if env.get("TORCHINDUCTOR_CACHE_DIR"):
+        raw = env["TORCHINDUCTOR_CACHE_DIR"]
+        return CacheRoot("inductor", Path(raw).absolute(), "TORCHINDUCTOR_CACHE_DIR", relative=not os.path.isabs(raw))
+    default = Path(tempfile.gettempdir(), f"torchinductor_{_user()}")
+    return CacheRoot("inductor", default, "default (<tempdir>/torchinductor_<user>)")
+
+
+def inductor_triton_roots(inductor: Path, source: str) -> list[CacheRoot]:
+    """The per-device Triton folders inside an Inductor cache (used when TRITON_CACHE_DIR is unset)."""
+    base = inductor / "triton"
+    if not base.is_dir():
+        return []
+    return [
+        CacheRoot("triton", child, f"{source}, device {child.name}")
+        for child in sorted(base.iterdir())
+        if child.is_dir() and not child.is_symlink() and not child.name.endswith(".dflashdoctor-quarantine")
+    ]
+
+
+def resolve_roots(
+    env: Mapping[str, str], triton_dir: Path | None, inductor_dir: Path | None, all_roots: bool
+) -> list[CacheRoot]:
+    """The roots to check: the given ones, else the ones this environment uses (with `all_roots`, also
+    the defaults the environment overrides), each once."""
+    roots: list[CacheRoot] = []
+    if triton_dir is not None:
+        roots.append(CacheRoot("triton", triton_dir.absolute(), "--triton-dir"))
+    if inductor_dir is not None:
+        roots.append(CacheRoot("inductor", inductor_dir.absolute(), "--inductor-dir"))
+    if not roots or all_roots:
+        roots += [triton_root(env), inductor_root(env)]
+        if all_roots:
+            bare = {k: v for k, v in env.items() if k not in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+            roots += [triton_root(bare), inductor_root(bare)]
+    for root in [r for r in roots if r.kind == "inductor"]:
+        if "TRITON_CACHE_DIR" not in env or all_roots or root.source == "--inductor-dir":
+            roots += inductor_triton_roots(root.path, f"inside {root.source}")
+    unique: dict[Path, CacheRoot] = {}
+    for root in roots:
+        unique.setdefault(root.path, root)
+    return list(unique.values())

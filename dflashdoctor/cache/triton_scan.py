@@ -1,0 +1,186 @@
+"""Checks a Triton cache root, one key folder at a time, against how triton writes it.
+
+Triton's `FileCacheManager.put` writes each file into `tmp.pid_<pid>_<uuid>/` inside the key folder
+and `os.replace`s it into place; a compile writes its IR, binary and metadata `<name>.json`, then
+the group file `__grp__<name>.json` (`{"child_paths": {file: absolute path}}`) last, as the commit
+marker. A key folder is the base32 of a sha256 (52 characters); the metadata's `hash` is that sha256.
+Folders holding only `<fn>.autotune.json` or a compiled launcher (`__triton_launcher*.so`) have no
+group file by design.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from dflashdoctor.cache.files import by_suffix, load_json
+from dflashdoctor.cache.model import Problem, RootScan
+from dflashdoctor.cache.processes import pid_alive
+
+KEY_FOLDER = re.compile(r"^[A-Z2-7]{52}$")
+TMP_FOLDER = re.compile(r"^tmp\.pid_(\d+)_")
+GROUP_PREFIX = "__grp__"
+AUTOTUNE_SUFFIX = ".autotune.json"
+LAUNCHER_PREFIX = "__triton_launcher"
+
+
+def key_of(hash_hex: str) -> str | None:
+    try:
+        return base64.b32encode(bytes.fromhex(hash_hex)).decode("ascii").rstrip("=")
+    except (ValueError, TypeError):
+        return None
+
+
+def _autotune_problem(path: Path) -> str | None:
+    data, error = load_json(path)
+    if error:
+        return error
+    timings = data.get("configs_timings") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or "key" not in data or not isinstance(timings, list):
+        return "autotune results lack `key` or `configs_timings`"
+    if not all(isinstance(t, list) and len(t) == 2 and isinstance(t[0], dict) for t in timings):
+        return "autotune `configs_timings` is not a list of [config, timing] pairs"
+    return None
+
+
+class _KeyFolder:
+    """One key folder: its files, and what is wrong with it."""
+
+    def __init__(self, folder: Path, scan: RootScan, installed: str | None) -> None:
+        self.folder = folder
+        self.scan = scan
+        self.installed = installed
+        self.files: dict[str, int] = {}
+        self.reasons: list[str] = []
+        self.bad_files: list[str] = []
+        self.stale: str | None = None
+
+    def bad(self, name: str, reason: str) -> None:
+        self.reasons.append(f"{name}: {reason}")
+        self.bad_files.append(str(self.folder / name))
+
+    def check(self) -> None:
+        with os.scandir(self.folder) as entries:
+            for entry in entries:
+                self._entry(entry)
+        groups = sorted(n for n in self.files if n.startswith(GROUP_PREFIX) and n.endswith(".json"))
+        listed: set[str] = set()
+        for group in groups:
+            listed |= self._group(group)
+        for name in sorted(self.files):
+            if name.endswith(AUTOTUNE_SUFFIX):
+                problem = _autotune_problem(self.folder / name) if self.files[name] else "empty file"
+                if problem:
+                    self.bad(name, problem)
+            elif name.startswith(LAUNCHER_PREFIX):
+                problem = by_suffix(self.folder / name, self.files[name])
+                if problem:
+                    self.bad(name, problem)
+        kernel_files = [n for n in self.files if not n.endswith(AUTOTUNE_SUFFIX) and not n.startswith(LAUNCHER_PREFIX)]
+        if not groups and kernel_files:
+            self.scan.problems.append(
+                Problem(
+                    "incomplete",
+                    str(self.folder),
+                    "kernel files with no group file: a compile stopped before writing its commit marker "
+                    "(triton recompiles it; the files are dead weight)",
+                    [str(self.folder / n) for n in sorted(kernel_files)],
+                )
+            )
+        if self.reasons:
+            self.scan.problems.append(Problem("corrupt", str(self.folder), "; ".join(self.reasons), self.bad_files))
+        elif self.stale:
+            self.scan.problems.append(Problem("stale", str(self.folder), self.stale, []))
+
+    def _entry(self, entry: os.DirEntry[str]) -> None:
+        if entry.is_symlink():
+            target = os.path.realpath(entry.path)
+            if not os.path.isfile(target):  # triton writes no links: a dangling one, a loop, or a folder
+                what = "a folder" if os.path.isdir(target) else "missing, or a link loop"
+                self.bad(entry.name, f"symlink to {target}, which is {what}")
+                return
+        if entry.is_dir():
+            tmp = TMP_FOLDER.match(entry.name)
+            if tmp:
+                self._tmp(Path(entry.path), int(tmp[1]))
+            return
+        try:
+            size = entry.stat().st_size
+        except OSError as exc:  # a symlink loop, or a file gone mid-scan
+            self.bad(entry.name, f"cannot be read: {exc.strerror}")
+            return
+        self.files[entry.name] = size
+        self.scan.files += 1
+        self.scan.bytes += size
+
+    def _tmp(self, path: Path, pid: int) -> None:
+        if pid_alive(pid):
+            self.scan.notes.append(f"{path}: a write in progress by process {pid}, which is running")
+            return
+        inside = sorted(str(p) for p in path.rglob("*") if p.is_file())
+        self.scan.problems.append(
+            Problem("orphan-tmp", str(path), f"temporary folder of process {pid}, which is no longer running", inside)
+        )
+
+    def _group(self, group: str) -> set[str]:
+        """Checks one group and every child it lists; the children's names."""
+        if not self.files[group]:
+            self.bad(group, "empty group file")
+            return set()
+        data, error = load_json(self.folder / group)
+        if error:
+            self.bad(group, error)
+            return set()
+        children = data.get("child_paths") if isinstance(data, dict) else None
+        if not isinstance(children, dict) or not all(isinstance(p, str) for p in children.values()):
+            self.bad(group, "group file has no `child_paths` mapping")
+            return set()
+        metadata = group.removeprefix(GROUP_PREFIX)
+        if metadata not in children:
+            self.bad(group, f"group does not list its metadata file {metadata}")
+        for child, path in children.items():
+            self._child(group, child, path, is_metadata=child == metadata)
+        return set(children)
+
+    def _child(self, group: str, child: str, path: str, *, is_metadata: bool) -> None:
+        if os.path.dirname(os.path.normpath(path)) != str(self.folder) or os.path.basename(path) != child:
+            self.bad(group, f"lists {child} at {path}, outside this folder (a copied or relocated cache)")
+            return
+        if child not in self.files:
+            self.bad(child, f"listed by {group} but missing")
+            return
+        problem = by_suffix(self.folder / child, self.files[child])
+        if problem:
+            self.bad(child, problem)
+        elif is_metadata:
+            self._metadata(child)
+
+    def _metadata(self, name: str) -> None:
+        data: Any = load_json(self.folder / name)[0]
+        if not isinstance(data, dict) or not isinstance(data.get("hash"), str):
+            self.bad(name, "metadata has no `hash`")
+            return
+        if key_of(data["hash"]) != self.folder.name:
+            self.bad(name, f"metadata hash {data['hash'][:16]}... belongs to another key folder")
+            return
+        version = data.get("triton_version")
+        if self.installed and version and version != self.installed:
+            self.stale = f"compiled by triton {version}; the installed triton {self.installed} never reads it"
+
+
+def scan_triton(root: Path, source: str, installed: str | None) -> RootScan:
+    scan = RootScan("triton", str(root), source)
+    started = time.perf_counter()
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) and KEY_FOLDER.match(entry.name):
+                scan.entries += 1
+                _KeyFolder(Path(entry.path), scan, installed).check()
+            elif entry.is_dir(follow_symlinks=False):
+                scan.notes.append(f"{entry.path}: not a triton key folder, left alone")
+    scan.seconds = round(time.perf_counter() - started, 3)
+    return scan

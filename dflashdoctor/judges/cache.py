@@ -1,0 +1,196 @@
+"""Judges cache scans: one finding per broken entry, the root's surroundings, and what fix/restore did."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflashdoctor.cache.model import Problem, RootScan
+from dflashdoctor.cache.quarantine import QuarantineRun
+from dflashdoctor.codes import finding
+from dflashdoctor.judges.base import Judge, size_text
+from dflashdoctor.report import ProbeResult, Where
+
+_CODES = {"corrupt": "cache-corrupt-entry", "incomplete": "cache-incomplete-entry", "orphan-tmp": "cache-orphan-tmp"}
+_FIX = {
+    "corrupt": "`dflashdoctor cache fix` moves the entry into a quarantine (nothing is deleted); the next run "
+    "recompiles or retunes it. `dflashdoctor cache restore` puts it back.",
+    "incomplete": "`dflashdoctor cache fix` moves the dead files aside; triton recompiles the kernel anyway.",
+    "orphan-tmp": "`dflashdoctor cache fix` moves it aside; nothing reads it.",
+}
+_TITLES = {
+    "corrupt": "Broken {kind} cache entry",
+    "incomplete": "Interrupted {kind} compile left files without a group file",
+    "orphan-tmp": "Leftover temporary {what} from an interrupted {kind} cache write",
+}
+
+
+class CacheJudge(Judge):
+    def __init__(self, scans: list[RootScan], facts: dict[str, dict[str, Any]], moved: set[str]) -> None:
+        super().__init__("cache")
+        self.scans = scans
+        self.facts = facts  # root path -> environment facts
+        self.moved = moved  # entries a fix moved: reported once, as quarantined
+
+    def judge(self, runs: list[tuple[str, QuarantineRun]], restored: list[QuarantineRun]) -> ProbeResult:
+        for scan in self.scans:
+            self._root(scan)
+        for root, run in runs:
+            self._quarantined(root, run)
+        for run in restored:
+            self._restored(run)
+        self.measurements["roots"] = [
+            {k: v for k, v in s.to_dict().items() if k != "problems"} | {"problems": len(s.problems)}
+            for s in self.scans
+        ]
+        self.measurements["entries_scanned"] = sum(s.entries for s in self.scans)
+        self.measurements["files_scanned"] = sum(s.files for s in self.scans)
+        self.measurements["bytes_scanned"] = sum(s.bytes for s in self.scans)
+        self.measurements["scan_s"] = round(sum(s.seconds for s in self.scans), 3)
+        self.measurements["broken_entries"] = sum(
+            p.kind in _CODES for s in self.scans for p in s.problems if p.entry not in self.moved
+        )
+        return self.result()
+
+    def _root(self, scan: RootScan) -> None:
+        name = f"{scan.kind} {scan.path}"
+        if not scan.exists:
+            self._check(name, "skip", f"no cache here yet ({scan.source})")
+            return
+        live = [p for p in scan.problems if p.entry not in self.moved]
+        for problem in live:
+            if problem.kind in _CODES:
+                self._problem(scan, problem)
+        stale = [p for p in live if p.kind == "stale"]
+        if stale:
+            self._stale(scan, stale)
+        self._surroundings(scan)
+        broken = [p for p in live if p.kind in _CODES]
+        status = "fail" if any(p.kind == "corrupt" for p in broken) else "warn" if broken else "pass"
+        summary = (
+            f"{scan.entries} entries, {scan.files} files, {size_text(scan.bytes)} in {scan.seconds} s ({scan.source}); "
+            + (f"{len(broken)} broken or left over" if broken else "all intact")
+        )
+        self._check(name, status, summary, *sorted({_CODES[p.kind] for p in broken}))
+
+    def _problem(self, scan: RootScan, problem: Problem) -> None:
+        what = "folder" if not problem.entry.endswith(".tmp") else "file"
+        self.findings.append(
+            finding(
+                _CODES[problem.kind],
+                _TITLES[problem.kind].format(kind=scan.kind.capitalize(), what=what) + f": {problem.reason}",
+                detail=f"{problem.entry} under {scan.kind} root {scan.path}.",
+                where=Where(file=problem.entry),
+                evidence={"root": scan.path, "entry": problem.entry, "reason": problem.reason, "files": problem.files},
+                fix=_FIX[problem.kind],
+            )
+        )
+
+    def _stale(self, scan: RootScan, stale: list[Problem]) -> None:
+        self.findings.append(
+            finding(
+                "cache-stale-entry",
+                f"{len(stale)} key folders under {scan.path} were compiled by another triton version",
+                detail=f"{stale[0].reason}. Triton puts its version into every key, so these are never read; "
+                "they only take space.",
+                evidence={"root": scan.path, "entries": [p.entry for p in stale][:50], "count": len(stale)},
+                fix="Nothing is broken. Remove them yourself if the space matters; `cache fix` leaves them.",
+            )
+        )
+
+    def _surroundings(self, scan: RootScan) -> None:
+        facts = self.facts.get(scan.path, {})
+        evidence = {"root": scan.path, **facts}
+        if facts.get("network_filesystem"):
+            self.findings.append(
+                finding(
+                    "cache-shared-filesystem",
+                    f"{scan.kind} cache {scan.path} is on {facts['filesystem']} ({facts['mount_point']})",
+                    detail="Triton and Inductor write with rename and no lock; on network filesystems concurrent "
+                    "writers see EBUSY or FileNotFoundError, and slow metadata makes every lookup costly.",
+                    evidence=evidence,
+                    fix="Point TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR at node-local disk (e.g. /tmp or NVMe).",
+                )
+            )
+        if facts.get("relative"):
+            self.findings.append(
+                finding(
+                    "cache-relative-path",
+                    f"{scan.kind} cache root was given as a relative path ({facts['source']})",
+                    detail="Triton's group files store child paths built from the cache dir string: a process "
+                    "started in another directory misses every entry, or reads another tree's.",
+                    evidence=evidence,
+                    fix="Set the variable to an absolute path.",
+                )
+            )
+        if facts.get("shared_by_ranks"):
+            self.findings.append(
+                finding(
+                    "cache-shared-root",
+                    f"{scan.kind} cache {scan.path} is shared by every rank of this job",
+                    detail="World size "
+                    + ", ".join(f"{k}={v}" for k, v in facts["shared_by_ranks"].items())
+                    + " and the root does not name a rank: every rank writes the same files at once. Inductor's "
+                    "autotune JSON has been seen corrupted this way under DDP/FSDP (JSONDecodeError).",
+                    evidence=evidence,
+                    fix="Give each rank its own root, e.g. TRITON_CACHE_DIR=/tmp/triton-$LOCAL_RANK.",
+                )
+            )
+        if facts.get("low_space"):
+            self.findings.append(
+                finding(
+                    "cache-low-space",
+                    f"only {size_text(facts['free_bytes'])} free under {scan.path}",
+                    detail="A compile that runs out of space leaves partial files; the next run reads them.",
+                    evidence=evidence,
+                    fix="Free space there or move the cache root.",
+                )
+            )
+        if facts.get("writable") is False:
+            self.findings.append(
+                finding(
+                    "cache-not-writable",
+                    f"{scan.kind} cache {scan.path} cannot be written by this user",
+                    detail="Triton creates a folder per kernel there; a compile then fails with PermissionError.",
+                    evidence=evidence,
+                    fix="Fix the ownership or permissions, or point the cache variable elsewhere.",
+                )
+            )
+
+    def _quarantined(self, root: str, run: QuarantineRun) -> None:
+        moved = [o for o in run.outcomes if o.state in ("moved", "already-moved")]
+        failed = [o for o in run.outcomes if o.state == "failed"]
+        self._check(
+            f"quarantine {run.folder}",
+            "fail" if failed else "pass",
+            f"{len(moved)} entries moved from {root}" + (f"; {len(failed)} could not be moved" if failed else ""),
+        )
+        if moved:
+            self.findings.append(
+                finding(
+                    "cache-quarantined",
+                    f"{len(moved)} broken entries of {root} moved into {run.folder}",
+                    detail="Each entry moved whole, with its files' sha256 and sizes in manifest.json.",
+                    evidence=run.to_dict(),
+                    fix=f"`dflashdoctor cache restore {run.folder}` puts them back byte-identical.",
+                )
+            )
+
+    def _restored(self, run: QuarantineRun) -> None:
+        counts: dict[str, int] = {}
+        for outcome in run.outcomes:
+            counts[outcome.state] = counts.get(outcome.state, 0) + 1
+        bad = {k: v for k, v in counts.items() if k in ("changed", "missing", "conflict")}
+        self._check(
+            f"restore {run.folder}",
+            "warn" if bad else "pass",
+            ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
+        )
+        self.findings.append(
+            finding(
+                "cache-restored",
+                f"{counts.get('restored', 0)} entries restored from {run.folder}",
+                detail="Every restored entry was compared file by file with its manifest (sha256 and size)."
+                + (f" Not restored as recorded: {bad}." if bad else ""),
+                evidence=run.to_dict(),
+            )
+        )
