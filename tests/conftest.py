@@ -73,11 +73,15 @@ class CliRun:
         return next(c for r in self.report["results"] for c in r["checks"] if c["name"] == name)
 
 
+_COMMAND_GROUPS = ("cache",)
+
+
 def run_cli(tmp_path: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> CliRun:
     report_dir = tmp_path / "report"
+    words = 2 if args[0] in _COMMAND_GROUPS else 1  # `cache check`: the command is two words
     proc = subprocess.run(
         # options go before the command's own args, which may end with `-- ARGS` for a traced script
-        [sys.executable, "-m", "dflashdoctor", args[0], "--report-dir", str(report_dir), *args[1:]],
+        [sys.executable, "-m", "dflashdoctor", *args[:words], "--report-dir", str(report_dir), *args[words:]],
         capture_output=True,
         text=True,
         timeout=timeout,

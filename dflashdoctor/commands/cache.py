@@ -84,7 +84,7 @@ def cache(options: CacheOptions, argv: list[str]) -> Report:
         for root in roots:
             runs += [(str(root.path), q.resume(folder)) for folder in q.unfinished(root.path)]
     scans, facts = [], {}
-    for root in roots:
+    for root in roots if options.action != "restore" else []:  # restored entries are the broken ones, knowingly
         scan, root_facts = _scan(root, _installed_triton())
         scans.append(scan)
         facts[scan.path] = root_facts

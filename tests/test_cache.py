@@ -1,0 +1,244 @@
+"""cache check|fix|restore on real folders: Triton trees laid out as triton writes them, a real
+Inductor cache from a CPU torch.compile, each kind of damage planted and found on exactly its entry,
+and fix/restore byte-identical, also after a kill -9 in the middle of a fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from dflashdoctor.cache.environment import mount_of
+from dflashdoctor.cache.triton_scan import scan_triton
+from tests import cache_tree
+from tests.conftest import run_cli
+
+EXPECTED_KIND = {name: "corrupt" for name in cache_tree.DAMAGE} | {"stray-tmp": "orphan-tmp", "no-group": "incomplete"}
+CODE = {"corrupt": "cache-corrupt-entry", "orphan-tmp": "cache-orphan-tmp", "incomplete": "cache-incomplete-entry"}
+
+
+def check(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
+    return run_cli(tmp_path, "cache", *args, env=env)
+
+
+def test_healthy_triton_tree_is_clean(tmp_path):
+    root = tmp_path / "triton"
+    cache_tree.healthy_tree(root, 12)
+    run = check(tmp_path, "check", "--triton-dir", str(root))
+    assert run.code == 0, run.stdout + run.stderr
+    measurements = run.report["results"][0]["measurements"]
+    assert measurements["entries_scanned"] == 14  # 12 kernels, an autotune-only and a launcher-only folder
+    assert measurements["broken_entries"] == 0
+    assert run.codes() <= {"cache-low-space"}
+
+
+@pytest.mark.parametrize("damage", sorted(cache_tree.DAMAGE))
+def test_each_damage_is_found_on_exactly_its_entry(tmp_path, damage):
+    root = tmp_path / "triton"
+    folders = cache_tree.healthy_tree(root, 6)
+    entry = cache_tree.DAMAGE[damage](folders[2])
+    run = check(tmp_path, "check", "--triton-dir", str(root))
+    kind = EXPECTED_KIND[damage]
+    found = run.findings(CODE[kind])
+    assert [f["where"]["file"] for f in found] == [str(entry)], run.stdout
+    assert run.code == (1 if kind == "corrupt" else 0)
+    others = run.codes() - {CODE[kind], "cache-low-space"}
+    assert not others, others
+
+
+def test_random_damage_is_always_found_and_nothing_else(tmp_path):
+    """Property: any mix of the damage a crash or bad copy leaves, one kind per entry, is found on
+    exactly the damaged entries, and the scan never raises."""
+    chooser = random.Random(20261130)
+    for plan in range(25):
+        root = tmp_path / f"plan-{plan}"
+        folders = cache_tree.healthy_tree(root, 10)
+        damaged = chooser.sample(folders, chooser.randint(0, 6))
+        expected = {}
+        for folder in damaged:
+            name = chooser.choice(sorted(cache_tree.DAMAGE))
+            expected[str(cache_tree.DAMAGE[name](folder))] = EXPECTED_KIND[name]
+        scan = scan_triton(root, "test", cache_tree.INSTALLED)
+        assert {p.entry: p.kind for p in scan.problems} == expected, (plan, scan.problems)
+
+
+def test_stale_entries_are_named_and_left_alone(tmp_path):
+    root = tmp_path / "triton"
+    cache_tree.healthy_tree(root, 3)
+    old = cache_tree.write_kernel(root, "old", version="0.0.1")
+    run = check(tmp_path, "fix", "--triton-dir", str(root))
+    assert run.code == 0
+    (stale,) = run.findings("cache-stale-entry")
+    assert stale["evidence"]["entries"] == [str(old)] and "0.0.1" in stale["detail"]
+    assert old.is_dir()  # another triton's entry is not broken: fix does not move it
+
+
+def test_symlink_loop_inside_the_cache_is_a_finding(tmp_path):
+    root = tmp_path / "triton"
+    folders = cache_tree.healthy_tree(root, 2)
+    os.symlink("loop-b", folders[0] / "loop-a")
+    os.symlink("loop-a", folders[0] / "loop-b")
+    run = check(tmp_path, "check", "--triton-dir", str(root))
+    (found,) = run.findings("cache-corrupt-entry")
+    assert found["where"]["file"] == str(folders[0]) and "link loop" in found["title"]
+
+
+def _snapshot_with_links(root: Path) -> dict:
+    return cache_tree.snapshot(root) | {
+        str(p.relative_to(root)): os.readlink(p) for p in root.rglob("*") if p.is_symlink()
+    }
+
+
+def _damage_several(root: Path) -> list[Path]:
+    folders = cache_tree.healthy_tree(root, 20)
+    return [cache_tree.DAMAGE[name](folders[i]) for i, name in enumerate(sorted(cache_tree.DAMAGE))]
+
+
+def test_fix_then_restore_gives_back_the_same_bytes(tmp_path):
+    root = tmp_path / "triton"
+    damaged = _damage_several(root)
+    before = cache_tree.snapshot(root)
+    fixed = check(tmp_path, "fix", "--triton-dir", str(root))
+    assert fixed.code == 0, fixed.stdout
+    (moved,) = fixed.findings("cache-quarantined")
+    quarantine = Path(moved["evidence"]["folder"])
+    assert quarantine.parent == tmp_path / "triton.dflashdoctor-quarantine"
+    assert not any(p.exists() for p in damaged)
+    manifest = json.loads((quarantine / "manifest.json").read_text())
+    assert {e["original"] for e in manifest["entries"]} == {str(p) for p in damaged}
+    assert all("sha256" in f or "link" in f for e in manifest["entries"] for f in e["files"])
+    assert check(tmp_path, "check", "--triton-dir", str(root)).code == 0  # healthy after the fix
+    restored = check(tmp_path, "restore", "--triton-dir", str(root))
+    assert restored.code == 0, restored.stdout
+    assert restored.check(f"restore {quarantine}")["summary"] == f"{len(damaged)} restored"
+    assert cache_tree.snapshot(root) == before
+
+
+FIX_SLOWLY = """
+import sys
+from pathlib import Path
+from dflashdoctor.cache import quarantine
+from dflashdoctor.cache.triton_scan import scan_triton
+
+root = Path(sys.argv[1])
+problems = scan_triton(root, "test", None).problems
+print("scanned", flush=True)
+quarantine.quarantine(root, "triton", problems)
+"""
+
+
+def _wait_for(condition, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.0005)
+
+
+@pytest.mark.parametrize("resume", [False, True])
+@pytest.mark.parametrize("kill_at", ["inventory", "manifest-written", "entries-moving"])
+def test_a_fix_killed_mid_way_loses_nothing(tmp_path, resume, kill_at):
+    """kill -9 at each stage of a fix over many broken entries: restoring (directly, or after a
+    second fix finishes the first) gives the original tree back, byte for byte."""
+    root = tmp_path / "triton"
+    folders = cache_tree.healthy_tree(root, 600)
+    for folder in folders[::2]:
+        cache_tree.truncate_binary(folder)
+    before = cache_tree.snapshot(root)
+    home = tmp_path / "triton.dflashdoctor-quarantine"
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(FIX_SLOWLY), str(root)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout.readline().strip() == "scanned"
+    if kill_at != "inventory":
+        _wait_for(lambda: any(home.glob("*/manifest.json")))
+    if kill_at == "entries-moving":
+        _wait_for(lambda: any(home.glob("*/entries/*")))
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    moved = sum(1 for folder in folders[::2] if not folder.exists())
+    if kill_at != "inventory":
+        assert any(home.glob("*/manifest.json"))
+    if resume:
+        again = check(tmp_path, "fix", "--triton-dir", str(root))
+        assert again.code == 0, again.stdout
+        assert not any(folder.exists() for folder in folders[::2])  # the second fix finished the first
+    restored = check(tmp_path, "restore", "--triton-dir", str(root))
+    assert restored.code in (0, 2), restored.stderr  # 2: killed before its manifest, nothing to restore
+    assert cache_tree.snapshot(root) == before, f"killed with {moved} of 300 entries moved"
+
+
+def test_real_inductor_cache_is_clean_then_each_planted_damage_is_found(tmp_path):
+    cache_dir = tmp_path / "inductor"
+    code = "import torch; f = torch.compile(lambda x: (x.sin() * 2).cos().sum()); f(torch.randn(64)); print('ok')"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    clean = check(tmp_path, "check", "--inductor-dir", str(cache_dir))
+    assert clean.code == 0 and clean.report["results"][0]["measurements"]["entries_scanned"] > 3, clean.stdout
+    generated = next(p for p in cache_dir.glob("??/*.py"))
+    generated.write_text(generated.read_text()[:-40] + "\ndef broken(:\n")
+    pickled = next(p for p in (cache_dir / "fxgraph").rglob("*") if p.is_file())
+    pickled.write_bytes(b"")
+    leftover = generated.parent / ".999999999.140000000000.tmp"
+    leftover.write_text("partial")
+    run = check(tmp_path, "check", "--inductor-dir", str(cache_dir))
+    corrupt = {f["where"]["file"] for f in run.findings("cache-corrupt-entry")}
+    assert corrupt == {str(generated), str(pickled.parent)}, run.stdout
+    assert [f["where"]["file"] for f in run.findings("cache-orphan-tmp")] == [str(leftover)]
+    assert run.code == 1
+
+
+def test_relative_cache_variable_is_flagged(tmp_path):
+    cache_tree.healthy_tree(tmp_path / "rel-cache", 1)
+    env = {"TRITON_CACHE_DIR": "rel-cache", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "i")}
+    run = check(tmp_path, "check", env=env)
+    (found,) = run.findings("cache-relative-path")
+    assert found["evidence"]["source"] == "TRITON_CACHE_DIR"
+
+
+def test_network_filesystem_is_read_from_the_mount_table(tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "/dev/sda1 / ext4 rw 0 0\n"
+        f"server:/export {tmp_path}/shared nfs4 rw 0 0\n"
+        f"tmpfs {tmp_path}/shared/local\\040dir tmpfs rw 0 0\n"
+    )
+    (tmp_path / "shared" / "local dir").mkdir(parents=True)
+    assert mount_of(tmp_path / "shared" / "x", mounts) == (f"{tmp_path}/shared", "nfs4")
+    assert mount_of(tmp_path / "shared" / "local dir", mounts) == (f"{tmp_path}/shared/local dir", "tmpfs")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p, "--triton-dir {p} does not exist"),
+        (lambda p: (p.write_text("x"), p)[1], "--triton-dir {p} is a file, not a cache folder"),
+        (lambda p: (os.symlink(p, p), p)[1], "--triton-dir {p}: a symbolic link loop"),
+    ],
+)
+def test_bad_roots_exit_2_with_one_line(tmp_path, make, message):
+    path = make(tmp_path / "root")
+    run = check(tmp_path, "check", "--triton-dir", str(path))
+    assert run.code == 2
+    assert run.stderr.strip() == "dflashdoctor: " + message.format(p=path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any folder")
+def test_unreadable_root_exits_2(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir(mode=0)
+    run = check(tmp_path, "check", "--triton-dir", str(root))
+    assert run.code == 2 and "cannot be read" in run.stderr
+
+
+def test_restore_of_a_folder_without_manifest_exits_2(tmp_path):
+    run = check(tmp_path, "restore", str(tmp_path))
+    assert run.code == 2
+    assert run.stderr.strip() == f"dflashdoctor: {tmp_path} is not a quarantine folder (no manifest.json in it)"
