@@ -23,5 +23,5 @@ print("cache made")
 PY
 python3 -m dflashdoctor cache check --all-roots --report-dir "$work/h200-cache-check" >"$work/h200-cache-check.txt" 2>&1
 echo "cache check: exit $?" | tee "$OUT/cache-runs.txt"
-find "$work/inductor" -name "*.autotune.json" | wc -l | sed 's/^/autotune files: /' | tee -a "$OUT/cache-runs.txt"
+find "$work/inductor" "$HOME/.triton/cache" -name "*.autotune.json" 2>/dev/null | wc -l | sed 's/^/autotune files: /' | tee -a "$OUT/cache-runs.txt"
 tar czf "$OUT/cache-evidence.tgz" -C "$work" h200-cache-check h200-cache-check.txt
