@@ -83,7 +83,10 @@ class _InductorScan:
         if size is None:
             self._problem("corrupt", path, "cannot be read (a dangling link or a link loop)", [str(path)])
             return
-        problem = by_suffix(path, size)
+        try:
+            problem = by_suffix(path, size)
+        except OSError as exc:  # unreadable: a finding, never a crash
+            problem = f"cannot be read: {exc.strerror}"
         if problem:
             self._problem("corrupt", path, problem, [str(path)])
 

@@ -179,7 +179,10 @@ def scan_triton(root: Path, source: str, installed: str | None) -> RootScan:
         for entry in entries:
             if entry.is_dir(follow_symlinks=False) and KEY_FOLDER.match(entry.name):
                 scan.entries += 1
-                _KeyFolder(Path(entry.path), scan, installed).check()
+                try:
+                    _KeyFolder(Path(entry.path), scan, installed).check()
+                except OSError as exc:  # unreadable folder or file: a finding, never a crash
+                    scan.problems.append(Problem("corrupt", entry.path, f"cannot be read: {exc}", []))
             elif entry.is_dir(follow_symlinks=False):
                 scan.notes.append(f"{entry.path}: not a triton key folder, left alone")
     scan.seconds = round(time.perf_counter() - started, 3)
