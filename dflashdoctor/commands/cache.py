@@ -77,15 +77,16 @@ def cache(options: CacheOptions, argv: list[str]) -> Report:
     started = time.monotonic()
     report = new_report("cache", argv)
     roots = resolve_roots(os.environ, options.triton_dir, options.inductor_dir, options.all_roots)
-    report.environment.update(target=", ".join(f"{r.kind} {r.path}" for r in roots), triton=_installed_triton())
+    report.environment.update(target=", ".join(f"{r.kind} {r.path}" for r in roots))
     restored = _restore(options, roots) if options.action == "restore" else []
     runs: list[tuple[str, q.QuarantineRun]] = []
     if options.action == "fix":
         for root in roots:
             runs += [(str(root.path), q.resume(folder)) for folder in q.unfinished(root.path)]
-    scans, facts = [], {}
+    scans, facts, triton_version = [], {}, _installed_triton()
+    report.environment["triton"] = triton_version
     for root in roots if options.action != "restore" else []:  # restored entries are the broken ones, knowingly
-        scan, root_facts = _scan(root, _installed_triton())
+        scan, root_facts = _scan(root, triton_version)
         scans.append(scan)
         facts[scan.path] = root_facts
     moved: set[str] = set()
