@@ -91,12 +91,6 @@ def test_symlink_loop_inside_the_cache_is_a_finding(tmp_path):
     assert found["where"]["file"] == str(folders[0]) and "link loop" in found["title"]
 
 
-def _snapshot_with_links(root: Path) -> dict:
-    return cache_tree.snapshot(root) | {
-        str(p.relative_to(root)): os.readlink(p) for p in root.rglob("*") if p.is_symlink()
-    }
-
-
 def _damage_several(root: Path) -> list[Path]:
     folders = cache_tree.healthy_tree(root, 20)
     return [cache_tree.DAMAGE[name](folders[i]) for i, name in enumerate(sorted(cache_tree.DAMAGE))]
@@ -236,6 +230,14 @@ def test_unreadable_root_exits_2(tmp_path):
     root.mkdir(mode=0)
     run = check(tmp_path, "check", "--triton-dir", str(root))
     assert run.code == 2 and "cannot be read" in run.stderr
+
+
+def test_restore_of_a_damaged_manifest_exits_2(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"schema": "dflashdoctor.quarantine/1", "entr')
+    run = check(tmp_path, "restore", str(tmp_path))
+    assert run.code == 2
+    expected = f"dflashdoctor: {tmp_path / 'manifest.json'} is not a readable quarantine manifest"
+    assert run.stderr.strip().startswith(expected) and len(run.stderr.strip().splitlines()) == 1
 
 
 def test_restore_of_a_folder_without_manifest_exits_2(tmp_path):

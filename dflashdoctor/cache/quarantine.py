@@ -149,11 +149,19 @@ def quarantine(root: Path, kind: str, problems: list[Problem]) -> QuarantineRun 
     return _move_all(folder, manifest)
 
 
+class ManifestError(ValueError):
+    """A manifest that cannot be read back: the caller reports it, nothing is moved."""
+
+
 def load_manifest(folder: Path) -> dict[str, Any]:
-    with open(folder / MANIFEST, encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    if manifest.get("schema") != SCHEMA:
-        raise ValueError(f"{folder / MANIFEST} is not a dflashdoctor quarantine manifest")
+    path = folder / MANIFEST
+    try:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path} is not a readable quarantine manifest ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA or "entries" not in manifest:
+        raise ManifestError(f"{path} is not a readable quarantine manifest (not {SCHEMA})")
     return manifest
 
 
@@ -188,10 +196,6 @@ def resume(folder: Path) -> QuarantineRun:
     return _move_all(folder, load_manifest(folder))
 
 
-def _matches(path: Path, files: list[dict[str, Any]]) -> bool:
-    return _inventory(path) == files
-
-
 def restore(folder: Path) -> QuarantineRun:
     """Moves every stored entry back; an original that exists again (triton rebuilt it) is kept and
     the stored copy stays in quarantine, reported as a conflict."""
@@ -210,7 +214,7 @@ def restore(folder: Path) -> QuarantineRun:
             continue
         original.parent.mkdir(parents=True, exist_ok=True)
         os.rename(stored, original)
-        same = _matches(original, entry["files"])
+        same = _inventory(original) == entry["files"]
         run.outcomes.append(EntryOutcome(entry["original"], "restored" if same else "changed", ""))
     _remove_empty_dirs(folder / "entries")
     if all(o.state == "restored" for o in run.outcomes):

@@ -67,6 +67,13 @@ def _scan(root: CacheRoot, triton_version: str | None) -> tuple[RootScan, dict[s
 
 
 def cache(options: CacheOptions, argv: list[str]) -> Report:
+    try:
+        return _cache(options, argv)
+    except q.ManifestError as exc:  # a damaged manifest: say which, move nothing more
+        raise BadInput(str(exc)) from None
+
+
+def _cache(options: CacheOptions, argv: list[str]) -> Report:
     if options.action not in ACTIONS:
         raise BadInput(f"unknown cache action {options.action!r}; expected one of {', '.join(ACTIONS)}")
     for path, option in ((options.triton_dir, "--triton-dir"), (options.inductor_dir, "--inductor-dir")):
