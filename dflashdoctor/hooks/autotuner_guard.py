@@ -101,6 +101,7 @@ class AutotunerGuard:
         self.serialize = serialize
         self.events: list[ConcurrentEntry] = []
         self.unavailable: str | None = None
+        self.unrecorded = 0  # overlaps seen but not recorded (recording itself failed)
         self._states: dict[int, _InstanceState] = {}  # id(tuner) -> state; the state holds the tuner
         self._book = threading.Lock()  # guards new states and events, held only off the warm path
         self._cls: Any = None
@@ -167,10 +168,13 @@ class AutotunerGuard:
             return
         inside[me] = _Inside(args, kwargs)
         if len(inside) > 1:  # every thread adds itself before it looks, so one of two always sees the other
-            cold = _is_cold(tuner, args, kwargs)
-            for ident, other in list(inside.items()):
-                if ident != me:
-                    self._record(tuner, ident, other, cold)
+            try:
+                cold = _is_cold(tuner, args, kwargs)
+                for ident, other in list(inside.items()):
+                    if ident != me:
+                        self._record(tuner, ident, other, cold)
+            except Exception:  # recording must never break the kernel call it watches
+                self.unrecorded += 1
 
     def _record(self, tuner: Any, ident: int, other: _Inside, cold: bool | None) -> None:
         frame = sys._current_frames().get(ident)
