@@ -81,20 +81,23 @@ def write_autotune(root: Path, seed: str, fn: str = "add_kernel") -> Path:
     return folder
 
 
-def write_launcher(root: Path, seed: str) -> Path:
-    _, key = key_for("launcher-" + seed)
+def write_extension_module(root: Path, module: str) -> Path:
+    """A Python extension module that a triton driver compiled (its launcher, `cuda_utils`): one file,
+    no group file, as triton's `compile_module_from_src` leaves it."""
+    _, key = key_for("module-" + module)
     folder = root / key
     folder.mkdir(parents=True)
-    (folder / "__triton_launcher.cpython-311-x86_64-linux-gnu.so").write_bytes(_ELF)
+    (folder / f"{module}.cpython-311-x86_64-linux-gnu.so").write_bytes(_ELF)
     return folder
 
 
 def healthy_tree(root: Path, kernels: int) -> list[Path]:
-    """`kernels` kernel entries (returned), plus an autotune-only and a launcher-only folder, which have
-    no group file by design."""
+    """`kernels` kernel entries (returned), plus an autotune-only folder and two driver-module folders,
+    which have no group file by design."""
     root.mkdir(parents=True, exist_ok=True)
     write_autotune(root, "a")
-    write_launcher(root, "l")
+    write_extension_module(root, "__triton_launcher")
+    write_extension_module(root, "cuda_utils")
     return [write_kernel(root, f"kernel-{i}", name=f"kernel_{i % 7}") for i in range(kernels)]
 
 

@@ -4,8 +4,9 @@ Triton's `FileCacheManager.put` writes each file into `tmp.pid_<pid>_<uuid>/` in
 and `os.replace`s it into place; a compile writes its IR, binary and metadata `<name>.json`, then
 the group file `__grp__<name>.json` (`{"child_paths": {file: absolute path}}`) last, as the commit
 marker. A key folder is the base32 of a sha256 (52 characters); the metadata's `hash` is that sha256.
-Folders holding only `<fn>.autotune.json` or a compiled launcher (`__triton_launcher*.so`) have no
-group file by design.
+Folders holding only `<fn>.autotune.json` or a Python extension module that a triton driver built
+(`cuda_utils`, `hip_utils`, `__triton_launcher`, each `<module><EXT_SUFFIX>`) have no group file by
+design; a kernel binary is `<kernel>.so` at most, never with an interpreter tag.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ KEY_FOLDER = re.compile(r"^[A-Z2-7]{52}$")
 TMP_FOLDER = re.compile(r"^tmp\.pid_(\d+)_")
 GROUP_PREFIX = "__grp__"
 AUTOTUNE_SUFFIX = ".autotune.json"
-LAUNCHER_PREFIX = "__triton_launcher"
+EXTENSION_MODULE = re.compile(r"^\w+\.(cpython-[\w-]+|abi3)\.so$")
 
 
 def key_of(hash_hex: str) -> str | None:
@@ -76,18 +77,18 @@ class _KeyFolder:
                 problem = _autotune_problem(self.folder / name) if self.files[name] else "empty file"
                 if problem:
                     self.bad(name, problem)
-            elif name.startswith(LAUNCHER_PREFIX):
+            elif EXTENSION_MODULE.match(name):
                 problem = by_suffix(self.folder / name, self.files[name])
                 if problem:
                     self.bad(name, problem)
-        kernel_files = [n for n in self.files if not n.endswith(AUTOTUNE_SUFFIX) and not n.startswith(LAUNCHER_PREFIX)]
+        kernel_files = [n for n in self.files if not n.endswith(AUTOTUNE_SUFFIX) and not EXTENSION_MODULE.match(n)]
         if not groups and kernel_files:
             self.scan.problems.append(
                 Problem(
                     "incomplete",
                     str(self.folder),
-                    "kernel files with no group file: a compile stopped before writing its commit marker "
-                    "(triton recompiles it; the files are dead weight)",
+                    f"{len(kernel_files)} kernel files and no group file, the commit marker triton writes last "
+                    "(triton recompiles the kernel; these files are dead weight)",
                     [str(self.folder / n) for n in sorted(kernel_files)],
                 )
             )

@@ -19,7 +19,7 @@ _FIX = {
 }
 _TITLES = {
     "corrupt": "Broken {kind} cache entry",
-    "incomplete": "Interrupted {kind} compile left files without a group file",
+    "incomplete": "Interrupted {kind} compile",
     "orphan-tmp": "Leftover temporary {what} from an interrupted {kind} cache write",
 }
 
