@@ -37,7 +37,7 @@ cache() {
 tree_digest() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16); }
 
 # FLA's kernels land in Inductor's per-device folder when torch.compile ran first in the process
-# (Inductor sets TRITON_CACHE_DIR for the process), else in ~/.triton/cache: look in both.
+# (seen on the H200), else in ~/.triton/cache: look in both.
 roots=("$work/inductor/triton" "$HOME/.triton/cache")
 find "${roots[@]}" -name "*.autotune.json" 2>/dev/null | wc -l | sed 's/^/autotune files: /' | tee -a "$OUT/cache-runs.txt"
 cache h200-cache-check check
