@@ -2,13 +2,15 @@
 
 Nothing is imported, executed or unpickled: JSON is parsed, Python source is `compile()`d, binaries
 are read to their headers. What no check can see is in the README (triton stores no checksums).
+Paths are plain strings: on Python 3.11 pathlib interns every part it parses, so a Path per cache
+entry would grow memory with the number of entries.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
-from pathlib import Path
 from typing import Any
 
 ELF_MAGIC = b"\x7fELF"
@@ -17,7 +19,7 @@ TEXT_SUFFIXES = (".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn", ".source", ".cpp
 _TEXT_SAMPLE = 4096
 
 
-def elf_problem(path: Path, size: int) -> str | None:
+def elf_problem(path: str, size: int) -> str | None:
     """An ELF file is whole if every table its header points to lies inside the file: section
     headers sit at the end of cubins and shared objects, so a truncated file loses them first."""
     with open(path, "rb") as handle:
@@ -41,7 +43,7 @@ def elf_problem(path: Path, size: int) -> str | None:
     return None
 
 
-def text_problem(path: Path) -> str | None:
+def text_problem(path: str) -> str | None:
     """IR and source are text: a NUL byte or undecodable bytes in the first 4 KiB means damage."""
     with open(path, "rb") as handle:
         sample = handle.read(_TEXT_SAMPLE)
@@ -55,7 +57,7 @@ def text_problem(path: Path) -> str | None:
     return None
 
 
-def load_json(path: Path) -> tuple[Any, str | None]:
+def load_json(path: str) -> tuple[Any, str | None]:
     try:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle), None
@@ -65,11 +67,12 @@ def load_json(path: Path) -> tuple[Any, str | None]:
         return None, f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
 
 
-def python_problem(path: Path) -> str | None:
+def python_problem(path: str) -> str | None:
     """Generated Python must at least compile; it is never imported or run."""
     try:
-        source = path.read_bytes()
-        compile(source, str(path), "exec", dont_inherit=True)
+        with open(path, "rb") as handle:
+            source = handle.read()
+        compile(source, path, "exec", dont_inherit=True)
     except SyntaxError as exc:
         return f"does not compile: {exc.msg} (line {exc.lineno})"
     except ValueError as exc:  # NUL bytes in source
@@ -77,11 +80,11 @@ def python_problem(path: Path) -> str | None:
     return None
 
 
-def by_suffix(path: Path, size: int) -> str | None:
+def by_suffix(path: str, size: int) -> str | None:
     """The check a file's extension calls for; None when it passes or has no check."""
     if size == 0:
         return "empty file"
-    name = path.name
+    name = os.path.basename(path)
     if name.endswith(BINARY_SUFFIXES):
         return elf_problem(path, size)
     if name.endswith(".json"):

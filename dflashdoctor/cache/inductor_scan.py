@@ -26,14 +26,14 @@ _SKIPPED = ("locks", "triton")  # lock files by design; Triton roots checked on 
 
 class _InductorScan:
     def __init__(self, root: Path, source: str) -> None:
-        self.root = root
+        self.root = str(root)
         self.scan = RootScan("inductor", str(root), source)
 
     def run(self) -> RootScan:
         started = time.perf_counter()
         with os.scandir(self.root) as entries:
             for entry in entries:
-                path = Path(entry.path)
+                path = entry.path
                 if entry.name in _SKIPPED and entry.is_dir(follow_symlinks=False):
                     continue
                 if entry.name in _ENTRY_TREES and entry.is_dir(follow_symlinks=False):
@@ -45,62 +45,62 @@ class _InductorScan:
         self.scan.seconds = round(time.perf_counter() - started, 3)
         return self.scan
 
-    def _entry_tree(self, tree: Path) -> None:
+    def _entry_tree(self, tree: str) -> None:
         """Each leaf folder is one entry: present, and every file in it non-empty."""
         for folder, dirs, files in os.walk(tree):
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
             if dirs or not files:
-                if not dirs and not files and Path(folder) != tree:
-                    self._problem("corrupt", Path(folder), "empty cache entry folder", [])
+                if not dirs and not files and folder != tree:
+                    self._problem("corrupt", folder, "empty cache entry folder", [])
                 continue
             self.scan.entries += 1
             reasons, bad = [], []
             for name in files:
-                path = Path(folder, name)
+                path = os.path.join(folder, name)
                 if self._tmp(path):
                     continue
                 size = self._size(path)
                 if size is None or size == 0:
                     reasons.append(f"{name}: {'empty file' if size == 0 else 'cannot be read'}")
-                    bad.append(str(path))
+                    bad.append(path)
             if reasons:
-                self._problem("corrupt", Path(folder), "; ".join(reasons), bad)
+                self._problem("corrupt", folder, "; ".join(reasons), bad)
 
-    def _files_under(self, folder: Path) -> None:
+    def _files_under(self, folder: str) -> None:
         for parent, dirs, files in os.walk(folder):
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(parent, d))]
             for name in files:
-                self._file(Path(parent, name))
+                self._file(os.path.join(parent, name))
 
-    def _file(self, path: Path) -> None:
+    def _file(self, path: str) -> None:
         if self._tmp(path):
             return
-        if path.suffix == ".lock":  # filelock's lock files: empty, and left in place, by design
+        if path.endswith(".lock"):  # filelock's lock files: empty, and left in place, by design
             self._size(path)
             return
         size = self._size(path)
         self.scan.entries += 1
         if size is None:
-            self._problem("corrupt", path, "cannot be read (a dangling link or a link loop)", [str(path)])
+            self._problem("corrupt", path, "cannot be read (a dangling link or a link loop)", [path])
             return
         try:
             problem = by_suffix(path, size)
         except OSError as exc:  # unreadable: a finding, never a crash
             problem = f"cannot be read: {exc.strerror}"
         if problem:
-            self._problem("corrupt", path, problem, [str(path)])
+            self._problem("corrupt", path, problem, [path])
 
-    def _size(self, path: Path) -> int | None:
+    def _size(self, path: str) -> int | None:
         try:
-            size = path.stat().st_size
+            size = os.stat(path).st_size
         except OSError:
             return None
         self.scan.files += 1
         self.scan.bytes += size
         return size
 
-    def _tmp(self, path: Path) -> bool:
-        match = TMP_FILE.match(path.name)
+    def _tmp(self, path: str) -> bool:
+        match = TMP_FILE.match(os.path.basename(path))
         if not match:
             return False
         pid = int(match[1])
@@ -108,11 +108,11 @@ class _InductorScan:
             self.scan.notes.append(f"{path}: a write in progress by process {pid}, which is running")
         else:
             gone = f"temporary file of process {pid}, which is no longer running"
-            self._problem("orphan-tmp", path, gone, [str(path)])
+            self._problem("orphan-tmp", path, gone, [path])
         return True
 
-    def _problem(self, kind: ProblemKind, path: Path, reason: str, files: list[str]) -> None:
-        self.scan.problems.append(Problem(kind, str(path), reason, files))
+    def _problem(self, kind: ProblemKind, path: str, reason: str, files: list[str]) -> None:
+        self.scan.problems.append(Problem(kind, path, reason, files))
 
 
 def scan_inductor(root: Path, source: str) -> RootScan:

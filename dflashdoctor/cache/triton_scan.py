@@ -36,7 +36,7 @@ def key_of(hash_hex: str) -> str | None:
         return None
 
 
-def _autotune_problem(path: Path) -> str | None:
+def _autotune_problem(path: str) -> str | None:
     data, error = load_json(path)
     if error:
         return error
@@ -51,7 +51,7 @@ def _autotune_problem(path: Path) -> str | None:
 class _KeyFolder:
     """One key folder: its files, and what is wrong with it."""
 
-    def __init__(self, folder: Path, scan: RootScan, installed: str | None) -> None:
+    def __init__(self, folder: str, scan: RootScan, installed: str | None) -> None:
         self.folder = folder
         self.scan = scan
         self.installed = installed
@@ -62,7 +62,10 @@ class _KeyFolder:
 
     def bad(self, name: str, reason: str) -> None:
         self.reasons.append(f"{name}: {reason}")
-        self.bad_files.append(str(self.folder / name))
+        self.bad_files.append(self._path(name))
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.folder, name)
 
     def check(self) -> None:
         with os.scandir(self.folder) as entries:
@@ -74,11 +77,11 @@ class _KeyFolder:
             listed |= self._group(group)
         for name in sorted(self.files):
             if name.endswith(AUTOTUNE_SUFFIX):
-                problem = _autotune_problem(self.folder / name) if self.files[name] else "empty file"
+                problem = _autotune_problem(self._path(name)) if self.files[name] else "empty file"
                 if problem:
                     self.bad(name, problem)
             elif EXTENSION_MODULE.match(name):
-                problem = by_suffix(self.folder / name, self.files[name])
+                problem = by_suffix(self._path(name), self.files[name])
                 if problem:
                     self.bad(name, problem)
         kernel_files = [n for n in self.files if not n.endswith(AUTOTUNE_SUFFIX) and not EXTENSION_MODULE.match(n)]
@@ -86,16 +89,16 @@ class _KeyFolder:
             self.scan.problems.append(
                 Problem(
                     "incomplete",
-                    str(self.folder),
+                    self.folder,
                     f"{len(kernel_files)} kernel files and no group file, the commit marker triton writes last "
                     "(triton recompiles the kernel; these files are dead weight)",
-                    [str(self.folder / n) for n in sorted(kernel_files)],
+                    [self._path(n) for n in sorted(kernel_files)],
                 )
             )
         if self.reasons:
-            self.scan.problems.append(Problem("corrupt", str(self.folder), "; ".join(self.reasons), self.bad_files))
+            self.scan.problems.append(Problem("corrupt", self.folder, "; ".join(self.reasons), self.bad_files))
         elif self.stale:
-            self.scan.problems.append(Problem("stale", str(self.folder), self.stale, []))
+            self.scan.problems.append(Problem("stale", self.folder, self.stale, []))
 
     def _entry(self, entry: os.DirEntry[str]) -> None:
         if entry.is_symlink():
@@ -132,7 +135,7 @@ class _KeyFolder:
         if not self.files[group]:
             self.bad(group, "empty group file")
             return set()
-        data, error = load_json(self.folder / group)
+        data, error = load_json(self._path(group))
         if error:
             self.bad(group, error)
             return set()
@@ -148,24 +151,24 @@ class _KeyFolder:
         return set(children)
 
     def _child(self, group: str, child: str, path: str, *, is_metadata: bool) -> None:
-        if os.path.dirname(os.path.normpath(path)) != str(self.folder) or os.path.basename(path) != child:
+        if os.path.dirname(os.path.normpath(path)) != self.folder or os.path.basename(path) != child:
             self.bad(group, f"lists {child} at {path}, outside this folder (a copied or relocated cache)")
             return
         if child not in self.files:
             self.bad(child, f"listed by {group} but missing")
             return
-        problem = by_suffix(self.folder / child, self.files[child])
+        problem = by_suffix(self._path(child), self.files[child])
         if problem:
             self.bad(child, problem)
         elif is_metadata:
             self._metadata(child)
 
     def _metadata(self, name: str) -> None:
-        data: Any = load_json(self.folder / name)[0]
+        data: Any = load_json(self._path(name))[0]
         if not isinstance(data, dict) or not isinstance(data.get("hash"), str):
             self.bad(name, "metadata has no `hash`")
             return
-        if key_of(data["hash"]) != self.folder.name:
+        if key_of(data["hash"]) != os.path.basename(self.folder):
             self.bad(name, f"metadata hash {data['hash'][:16]}... belongs to another key folder")
             return
         version = data.get("triton_version")
@@ -181,7 +184,7 @@ def scan_triton(root: Path, source: str, installed: str | None) -> RootScan:
             if entry.is_dir(follow_symlinks=False) and KEY_FOLDER.match(entry.name):
                 scan.entries += 1
                 try:
-                    _KeyFolder(Path(entry.path), scan, installed).check()
+                    _KeyFolder(entry.path, scan, installed).check()
                 except OSError as exc:  # unreadable folder or file: a finding, never a crash
                     scan.problems.append(Problem("corrupt", entry.path, f"cannot be read: {exc}", []))
             elif entry.is_dir(follow_symlinks=False):
