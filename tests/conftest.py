@@ -76,12 +76,19 @@ class CliRun:
 _COMMAND_GROUPS = ("cache",)
 
 
-def run_cli(tmp_path: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> CliRun:
+def run_cli(
+    tmp_path: Path,
+    *args: str,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
+) -> CliRun:
+    """Runs the CLI in a child process; `prefix` wraps it (e.g. `setpriv ...` to drop privileges)."""
     report_dir = tmp_path / "report"
     words = 2 if args[0] in _COMMAND_GROUPS else 1  # `cache check`: the command is two words
     proc = subprocess.run(
         # options go before the command's own args, which may end with `-- ARGS` for a traced script
-        [sys.executable, "-m", "dflashdoctor", *args[:words], "--report-dir", str(report_dir), *args[words:]],
+        [*prefix, sys.executable, "-m", "dflashdoctor", *args[:words], "--report-dir", str(report_dir), *args[words:]],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from dflashdoctor.cache import quarantine
 from dflashdoctor.cache.environment import mount_of
 from dflashdoctor.cache.triton_scan import scan_triton
 from tests import cache_tree
@@ -103,16 +104,16 @@ def test_fix_then_restore_gives_back_the_same_bytes(tmp_path):
     fixed = check(tmp_path, "fix", "--triton-dir", str(root))
     assert fixed.code == 0, fixed.stdout
     (moved,) = fixed.findings("cache-quarantined")
-    quarantine = Path(moved["evidence"]["folder"])
-    assert quarantine.parent == tmp_path / "triton.dflashdoctor-quarantine"
+    folder = Path(moved["evidence"]["folder"])
+    assert folder.parent == tmp_path / "triton.dflashdoctor-quarantine"
     assert not any(p.exists() for p in damaged)
-    manifest = json.loads((quarantine / "manifest.json").read_text())
+    manifest = json.loads((folder / "manifest.json").read_text())
     assert {e["original"] for e in manifest["entries"]} == {str(p) for p in damaged}
     assert all("sha256" in f or "link" in f for e in manifest["entries"] for f in e["files"])
     assert check(tmp_path, "check", "--triton-dir", str(root)).code == 0  # healthy after the fix
     restored = check(tmp_path, "restore", "--triton-dir", str(root))
     assert restored.code == 0, restored.stdout
-    assert restored.check(f"restore {quarantine}")["summary"] == f"{len(damaged)} restored"
+    assert restored.check(f"restore {folder}")["summary"] == f"{len(damaged)} restored"
     assert cache_tree.snapshot(root) == before
 
 
@@ -224,12 +225,91 @@ def test_bad_roots_exit_2_with_one_line(tmp_path, make, message):
     assert run.stderr.strip() == "dflashdoctor: " + message.format(p=path)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any folder")
+_CAPABILITIES = "-dac_override,-dac_read_search"  # what lets root read and write past permissions
+_NO_READ_OVERRIDE = ("setpriv", f"--bounding-set={_CAPABILITIES}", f"--inh-caps={_CAPABILITIES}")
+
+
+def _permissions_apply(tmp_path: Path) -> tuple[str, ...]:
+    """A prefix under which file permissions bind: none for a plain user; as root, `setpriv` without
+    the capabilities that let root read anything (skip where it cannot drop them)."""
+    if os.geteuid() != 0:
+        return ()
+    probe = tmp_path / "permission-probe"
+    probe.mkdir(mode=0)
+    try:
+        refused = subprocess.run([*_NO_READ_OVERRIDE, "ls", str(probe)], capture_output=True).returncode != 0
+    except FileNotFoundError:
+        refused = False
+    finally:
+        probe.rmdir()
+    if not refused:
+        pytest.skip("running as root, and setpriv cannot drop the read-override capabilities")
+    return _NO_READ_OVERRIDE
+
+
 def test_unreadable_root_exits_2(tmp_path):
+    prefix = _permissions_apply(tmp_path)
     root = tmp_path / "root"
     root.mkdir(mode=0)
-    run = check(tmp_path, "check", "--triton-dir", str(root))
-    assert run.code == 2 and "cannot be read" in run.stderr
+    run = run_cli(tmp_path, "cache", "check", "--triton-dir", str(root), prefix=prefix)
+    assert run.code == 2, run.stdout + run.stderr
+    assert run.stderr.strip() == f"dflashdoctor: Invalid value for '--triton-dir': path '{root}' is not readable."
+
+
+def test_unreadable_entries_are_reported_and_left_in_place(tmp_path):
+    """A folder and a file this user cannot read: `cache-unreadable-entry` naming each, and `fix`
+    leaves them (it could not keep a copy), creating no quarantine."""
+    prefix = _permissions_apply(tmp_path)
+    root = tmp_path / "triton"
+    entries = cache_tree.healthy_tree(root, 4)
+    cubin = next(entries[1].glob("*.cubin"))
+    entries[0].chmod(0)
+    cubin.chmod(0)
+    try:
+        runs = [run_cli(tmp_path, "cache", act, "--triton-dir", str(root), prefix=prefix) for act in ("check", "fix")]
+    finally:
+        entries[0].chmod(0o755)
+    for run in runs:
+        assert run.code == 1, run.stdout + run.stderr
+        found = {f["evidence"]["entry"]: f["evidence"]["files"] for f in run.findings("cache-unreadable-entry")}
+        assert found == {str(entries[0]): [str(entries[0])], str(entries[1]): [str(cubin)]}
+        assert not run.findings("cache-corrupt-entry")
+    assert entries[0].is_dir() and cubin.is_file()
+    assert not quarantine.home_of(root).exists()
+
+
+def test_an_inductor_folder_that_cannot_be_listed_is_reported(tmp_path):
+    prefix = _permissions_apply(tmp_path)
+    root = tmp_path / "inductor"
+    entry = root / "fxgraph" / "ab" / "fabcdef0123"
+    entry.mkdir(parents=True)
+    (entry / "pickled-entry").write_bytes(b"\x80\x04N.")
+    entry.chmod(0)
+    try:
+        run = run_cli(tmp_path, "cache", "check", "--inductor-dir", str(root), prefix=prefix)
+    finally:
+        entry.chmod(0o755)
+    assert run.code == 1, run.stdout + run.stderr
+    assert [f["evidence"]["entry"] for f in run.findings("cache-unreadable-entry")] == [str(entry)]
+
+
+def test_a_move_that_fails_is_retried_by_the_next_fix_in_the_same_quarantine(tmp_path):
+    prefix = _permissions_apply(tmp_path)
+    root = tmp_path / "triton"
+    entries = cache_tree.healthy_tree(root, 3)
+    cache_tree.truncate_binary(entries[0])
+    entries[0].chmod(0o555)  # readable, but renaming a folder rewrites its `..`: that needs write access
+    try:
+        for _ in range(2):
+            run = run_cli(tmp_path, "cache", "fix", "--triton-dir", str(root), prefix=prefix)
+            assert run.code == 1, run.stdout + run.stderr
+            assert [f["evidence"]["entry"] for f in run.findings("cache-corrupt-entry")] == [str(entries[0])]
+            assert entries[0].is_dir() and len(quarantine.quarantines(root)) == 1
+    finally:
+        entries[0].chmod(0o755)
+    run = run_cli(tmp_path, "cache", "fix", "--triton-dir", str(root), prefix=prefix)
+    assert run.code == 0, run.stdout + run.stderr
+    assert not entries[0].exists() and len(quarantine.quarantines(root)) == 1
 
 
 def test_restore_of_a_damaged_manifest_exits_2(tmp_path):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from dflashdoctor.cache.files import by_suffix
-from dflashdoctor.cache.model import Problem, ProblemKind, RootScan
+from dflashdoctor.cache.model import Problem, ProblemKind, RootScan, read_failure
 from dflashdoctor.cache.processes import pid_alive
 
 TMP_FILE = re.compile(r"^\.(\d+)\.(\d+)\.tmp$")
@@ -47,7 +47,7 @@ class _InductorScan:
 
     def _entry_tree(self, tree: str) -> None:
         """Each leaf folder is one entry: present, and every file in it non-empty."""
-        for folder, dirs, files in os.walk(tree):
+        for folder, dirs, files in os.walk(tree, onerror=self._walk_error):
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
             if dirs or not files:
                 if not dirs and not files and folder != tree:
@@ -67,7 +67,7 @@ class _InductorScan:
                 self._problem("corrupt", folder, "; ".join(reasons), bad)
 
     def _files_under(self, folder: str) -> None:
-        for parent, dirs, files in os.walk(folder):
+        for parent, dirs, files in os.walk(folder, onerror=self._walk_error):
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(parent, d))]
             for name in files:
                 self._file(os.path.join(parent, name))
@@ -86,9 +86,14 @@ class _InductorScan:
         try:
             problem = by_suffix(path, size)
         except OSError as exc:  # unreadable: a finding, never a crash
-            problem = f"cannot be read: {exc.strerror}"
+            self.scan.problems.append(read_failure(path, exc))
+            return
         if problem:
             self._problem("corrupt", path, problem, [path])
+
+    def _walk_error(self, exc: OSError) -> None:
+        """os.walk skips a folder it cannot list unless told: that folder is a finding."""
+        self.scan.problems.append(read_failure(exc.filename or self.root, exc))
 
     def _size(self, path: str) -> int | None:
         try:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-ProblemKind = Literal["corrupt", "incomplete", "orphan-tmp", "stale"]
+ProblemKind = Literal["corrupt", "incomplete", "orphan-tmp", "stale", "unreadable"]
 RootKind = Literal["triton", "inductor"]
 
 
@@ -18,6 +19,14 @@ class Problem:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def read_failure(path: str, exc: OSError) -> Problem:
+    """A file or folder the scan could not read: no permission is the owner's business (`fix` could
+    not copy it either), anything else (a link loop, an I/O error) is damage."""
+    denied = exc.errno in (errno.EACCES, errno.EPERM)
+    where = exc.filename if isinstance(exc.filename, str) else path
+    return Problem("unreadable" if denied else "corrupt", path, f"cannot be read: {exc.strerror} ({where})", [where])
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashdoctor.cache.files import by_suffix, load_json
-from dflashdoctor.cache.model import Problem, RootScan
+from dflashdoctor.cache.model import Problem, RootScan, read_failure
 from dflashdoctor.cache.processes import pid_alive
 
 KEY_FOLDER = re.compile(r"^[A-Z2-7]{52}$")
@@ -186,7 +186,7 @@ def scan_triton(root: Path, source: str, installed: str | None) -> RootScan:
                 try:
                     _KeyFolder(entry.path, scan, installed).check()
                 except OSError as exc:  # unreadable folder or file: a finding, never a crash
-                    scan.problems.append(Problem("corrupt", entry.path, f"cannot be read: {exc}", []))
+                    scan.problems.append(read_failure(entry.path, exc))
             elif entry.is_dir(follow_symlinks=False):
                 scan.notes.append(f"{entry.path}: not a triton key folder, left alone")
     scan.seconds = round(time.perf_counter() - started, 3)

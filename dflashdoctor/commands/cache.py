@@ -97,9 +97,10 @@ def _cache(options: CacheOptions, argv: list[str]) -> Report:
         scans.append(scan)
         facts[scan.path] = root_facts
     moved: set[str] = set()
+    retried = {o.original for _, run in runs for o in run.outcomes if o.state == "failed"}  # in their manifest already
     if options.action == "fix":
         for scan in scans:
-            run = q.quarantine(Path(scan.path), scan.kind, scan.problems)
+            run = q.quarantine(Path(scan.path), scan.kind, [p for p in scan.problems if p.entry not in retried])
             if run is not None:
                 runs.append((scan.path, run))
                 moved |= {o.original for o in run.outcomes if o.state == "moved"}

@@ -10,17 +10,25 @@ from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.report import ProbeResult, Where
 
-_CODES = {"corrupt": "cache-corrupt-entry", "incomplete": "cache-incomplete-entry", "orphan-tmp": "cache-orphan-tmp"}
+_CODES = {
+    "corrupt": "cache-corrupt-entry",
+    "incomplete": "cache-incomplete-entry",
+    "orphan-tmp": "cache-orphan-tmp",
+    "unreadable": "cache-unreadable-entry",
+}
 _FIX = {
     "corrupt": "`dflashdoctor cache fix` moves the entry into a quarantine (nothing is deleted); the next run "
     "recompiles or retunes it. `dflashdoctor cache restore` puts it back.",
     "incomplete": "`dflashdoctor cache fix` moves the dead files aside; triton recompiles the kernel anyway.",
     "orphan-tmp": "`dflashdoctor cache fix` moves it aside; nothing reads it.",
+    "unreadable": "Give the user who trains read access (`chmod -R u+rX`, or `chown` to that user), or point the "
+    "cache variable at a root of its own. `cache fix` leaves it: what it cannot read it cannot keep a copy of.",
 }
 _TITLES = {
     "corrupt": "Broken {kind} cache entry",
     "incomplete": "Interrupted {kind} compile",
     "orphan-tmp": "Leftover temporary {what} from an interrupted {kind} cache write",
+    "unreadable": "Unreadable {kind} cache entry",
 }
 
 
@@ -65,7 +73,7 @@ class CacheJudge(Judge):
             self._stale(scan, stale)
         self._surroundings(scan)
         broken = [p for p in live if p.kind in _CODES]
-        status = "fail" if any(p.kind == "corrupt" for p in broken) else "warn" if broken else "pass"
+        status = "fail" if any(p.kind in ("corrupt", "unreadable") for p in broken) else "warn" if broken else "pass"
         summary = (
             f"{scan.entries} entries, {scan.files} files, {size_text(scan.bytes)} in {scan.seconds} s ({scan.source}); "
             + (f"{len(broken)} broken or left over" if broken else "all intact")
