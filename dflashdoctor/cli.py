@@ -12,10 +12,11 @@ from dflashdoctor import __version__
 from dflashdoctor.commands.cache import CacheOptions, cache
 from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compile
 from dflashdoctor.commands.race import RaceOptions, race
+from dflashdoctor.commands.run import RunOptions, run
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
 from dflashdoctor.errors import BadInput
 from dflashdoctor.models import preset_names
-from dflashdoctor.output import emit
+from dflashdoctor.output import default_report_dir, emit
 from dflashdoctor.reference import DEFAULT_TARGET
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
 
@@ -185,6 +186,48 @@ def race_command(
     )
     report = race(options, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+
+
+@app.command(
+    "run",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def run_command(
+    ctx: typer.Context,
+    hang_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds without progress in any process before the stacks are taken "
+            "and the run is stopped; 0 turns the watchdog off.",
+        ),
+    ] = 600.0,
+    steps: Annotated[int | None, typer.Option(help="Stop each process after this many optimizer steps.")] = None,
+    memory_snapshot: Annotated[
+        bool, typer.Option(help="Record CUDA allocations; on out-of-memory, dump a snapshot for PyTorch's viewer.")
+    ] = False,
+    strict: Annotated[
+        bool, typer.Option(help="Make dynamo's recompile-limit fallback and dense flex_attention kernels raise.")
+    ] = False,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run COMMAND (python ..., python -m ..., torchrun ...) with every Python process instrumented.
+
+    Usage: dflashdoctor run [OPTIONS] -- COMMAND ARGS...
+    """
+    directory = report_dir or default_report_dir("run")
+    options = RunOptions(
+        command=list(ctx.args),
+        report_dir=directory,
+        hang_timeout_s=hang_timeout or None,
+        steps=steps,
+        memory_snapshot=memory_snapshot,
+        strict=strict,
+    )
+    report = run(options, _argv())
+    raise typer.Exit(emit(report, json_output=json_output, report_dir=directory, verbose=verbose))
 
 
 cache_app = typer.Typer(

@@ -81,9 +81,13 @@ class FlexSite(CallStats):
 
 
 class FlexCallRecorder:
-    def __init__(self, dense: DenseFlexRecorder, namer: ModuleNamer) -> None:
+    def __init__(
+        self, dense: DenseFlexRecorder, namer: ModuleNamer, on_call: Callable[[FlexSite], None] | None = None
+    ) -> None:
+        """`on_call` sees the site after each eager call (`run` keeps the last calls for OOM forensics)."""
         self.dense = dense
         self.namer = namer
+        self.on_call = on_call
         self.sites: dict[tuple[str, int, int, str | None], FlexSite] = {}
         self._wrappers: dict[int, Callable[..., Any]] = {}
 
@@ -163,6 +167,8 @@ class FlexCallRecorder:
             mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
             site.observe(query, key, mask, training=bool(query.requires_grad), dense=self.dense.events[before:])
             self.dense.watch_backward(out, site)
+            if self.on_call is not None:
+                self.on_call(site)
             return out
 
         self._wrappers[id(recording_flex)] = recording_flex

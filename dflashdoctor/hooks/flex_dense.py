@@ -104,13 +104,20 @@ class DenseFlexRecorder:
     installed on this torch; the caller turns that into an info finding.
     """
 
-    def __init__(self, skip_files: tuple[str, ...] = (), measure_memory: bool = False) -> None:
+    def __init__(
+        self,
+        skip_files: tuple[str, ...] = (),
+        measure_memory: bool = False,
+        on_event: Callable[[DenseEvent], None] | None = None,
+    ) -> None:
         """`skip_files`: harness files (a probe) that should never be named as the call site.
 
         `measure_memory` resets the CUDA allocator's peak around each dense kernel to measure what
         the kernel added: right for a probe's own process, wrong for a user's run that reads its own
-        peaks, so it is off by default.
+        peaks, so it is off by default. `on_event` sees each event before its kernel runs (`run`
+        logs it at once, and under --strict raises instead of running the kernel).
         """
+        self.on_event = on_event
         self.events: list[DenseEvent] = []
         self.phase = ""
         self.unavailable: str | None = None
@@ -185,6 +192,8 @@ class DenseFlexRecorder:
     def _wrap(self, kind: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
         def recording_kernel(*args: Any, **kwargs: Any) -> Any:
             event = self._record(kind, args)
+            if self.on_event is not None:
+                self.on_event(event)
             if not (self.measure_memory and event.device.startswith("cuda")):
                 result = kernel(*args, **kwargs)
             else:

@@ -62,5 +62,6 @@ def site_rows(measurements: dict[str, Any]) -> list[tuple[str, ...]]:
         where = f"{site.get('file')}:{site.get('line')}" if site.get("file") else ""
         graphs = site.get("compiled_into_graphs")
         calls = f"in {graphs} graph{'s' * (graphs > 1)}" if graphs and not site["calls"] else str(site["calls"])
-        rows.append((site["module"], site["impl"], calls, site["verdict"], site.get("origin", ""), where))
+        name = site["module"] or site.get("function") or ""  # a call at a script's top level has no module
+        rows.append((name, site["impl"], calls, site["verdict"], site.get("origin", ""), where))
     return rows

@@ -26,6 +26,9 @@ _EVIDENCE_CHARS = 1200
 
 def _finding(console: Console, f: Finding, verbose: bool) -> None:
     console.print(Text.assemble((f"[{f.severity}] ", _SEVERITY_STYLE[f.severity]), (f.code, "bold"), "  ", f.title))
+    if "pid" in f.evidence:  # a finding of one process of a run
+        rank = f.evidence.get("rank")
+        console.print(Text(f"    in {'rank ' + str(rank) + ', ' if rank is not None else ''}pid {f.evidence['pid']}"))
     if f.where:
         console.print(Text(f"    at {f.where.label()}", style="dim"))
     if f.detail:
@@ -39,8 +42,9 @@ def _finding(console: Console, f: Finding, verbose: bool) -> None:
 
 def render_terminal(report: Report, console: Console, *, verbose: bool = False, report_dir: str | None = None) -> None:
     console.print(Text.assemble(("dflashdoctor " + report.command, "bold"), "  ", subject(report)))
+    sections = len(report.results) > 1  # run: one section per process
     for result in report.results:
-        if not result.checks:
+        if sections or not result.checks:
             console.print(f"  [bold]{escape(result.probe)}[/]: {result.status}")
         width = max((len(c.name) for c in result.checks), default=0)
         for check in result.checks:

@@ -1,0 +1,246 @@
+"""Everything `run` watches inside a process once the program has imported torch.
+
+The same recorders as trace-attention (the dense-kernel hook, the flex_attention call-site
+recorder, transformers' attention interface once transformers is imported), dynamo's compile
+records, triton's autotuners once triton is imported, optimizer steps with memory, and out-of-memory
+forensics. `snapshot()` writes what they hold as one event, shaped like trace-attention's
+observations so the doctor judges it with the same rules.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import threading
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from dflashdoctor.agent.post_import import when_imported
+from dflashdoctor.hooks.dynamo_watch import DynamoWatch
+from dflashdoctor.hooks.flex_dense import DenseEvent, DenseFlexRecorder
+from dflashdoctor.hooks.module_names import ModuleNamer
+
+if TYPE_CHECKING:
+    from dflashdoctor.agent.process import ProcessAgent
+    from dflashdoctor.hooks.flex_calls import FlexSite
+
+# Never name a frame of dflashdoctor itself as a call site (through the bootstrap's link, as imported).
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SNAPSHOT_EVERY_S = 10.0  # at most one snapshot this often while steps go on (and one at the end)
+_FINAL = ("exit", "exception", "steps-limit", "terminated", "oom")
+
+
+def _dynamo_disabled() -> bool:
+    try:
+        return bool(torch._dynamo.config.disable)
+    except AttributeError:
+        return False
+
+
+class StrictModeError(RuntimeError):
+    """Raised under `run --strict` where the program would silently run flex_attention dense."""
+
+
+class TorchInstruments:
+    def __init__(self, agent: ProcessAgent) -> None:
+        self.agent = agent
+        self.log = agent.log
+        self.settings = agent.settings
+        self.namer = ModuleNamer()
+        self.dense = DenseFlexRecorder(skip_files=(_PACKAGE_DIR,), on_event=self._dense_event)
+        self.flex: Any = None
+        self.hf: Any = None
+        self.guard: Any = None
+        self.watch: DynamoWatch | None = None
+        self.steps = 0
+        self.last_calls: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.settings.last_calls)
+        self.oom: dict[str, Any] | None = None
+        self.unavailable: list[str] = []
+        self._last_snapshot = 0.0
+        self._snapshot_lock = threading.Lock()
+
+    def install(self) -> TorchInstruments:
+        safely = self.agent.safely
+        self.dense.__enter__()
+        if self.dense.unavailable:
+            self.unavailable.append(self.dense.unavailable)
+        else:
+            safely("flex call recorder", self._record_flex_calls)
+        self.watch = safely("dynamo watch", DynamoWatch)
+        safely("optimizer steps", self._count_steps)
+        safely("cuda hooks", self._on_cuda_init)
+        if self.settings.strict:
+            safely("strict mode", self._strict)
+        when_imported("transformers.modeling_utils", lambda _m: safely("transformers recorder", self._record_hf))
+        when_imported("triton.runtime.autotuner", lambda _m: safely("autotuner guard", self._guard_autotuners))
+        self.log.write("instrumented", torch=torch.__version__, unavailable=self.unavailable)
+        return self
+
+    # -- what is installed -------------------------------------------------------------------
+    def _record_flex_calls(self) -> None:
+        from dflashdoctor.hooks.flex_calls import FlexCallRecorder
+
+        self.flex = FlexCallRecorder(self.dense, self.namer, on_call=self._flex_call).__enter__()
+
+    def _record_hf(self) -> None:
+        from dflashdoctor.hooks.hf_attention import HFAttentionRecorder
+
+        self.hf = HFAttentionRecorder(None, self.dense, self.namer).__enter__()
+        if self.hf.unavailable:
+            self.unavailable.append(self.hf.unavailable)
+
+    def _guard_autotuners(self) -> None:
+        from dflashdoctor.hooks.autotuner_guard import AutotunerGuard
+
+        self.guard = AutotunerGuard().__enter__()
+        if self.guard.unavailable:
+            self.unavailable.append(self.guard.unavailable)
+
+    def _count_steps(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(lambda *_: self.agent.safely("step", self._step))
+
+    def _on_cuda_init(self) -> None:
+        """Out-of-memory forensics need the allocator, which exists once CUDA initialises: queue
+        the hooks for then instead of initialising CUDA in every process (a forked worker could not)."""
+        if not torch.cuda.is_available():
+            return
+        lazy_call = getattr(torch.cuda, "_lazy_call", None)
+        if lazy_call is None:
+            self.unavailable.append("torch.cuda._lazy_call is missing: no out-of-memory observer")
+            return
+        lazy_call(lambda: self.agent.safely("cuda hooks", self._attach_allocator_hooks))
+
+    def _attach_allocator_hooks(self) -> None:
+        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is None:
+            self.unavailable.append("this torch has no out-of-memory observer: OOM seen only as an exception")
+        else:
+            attach(lambda *args: self.agent.safely("oom", self._out_of_memory, *args))
+        if self.settings.memory_snapshot:
+            torch.cuda.memory._record_memory_history(max_entries=200_000)
+
+    def _strict(self) -> None:
+        config = torch._dynamo.config
+        if hasattr(config, "fail_on_recompile_limit_hit") and not getattr(config, "suppress_errors", False):
+            config.fail_on_recompile_limit_hit = True
+        else:
+            self.unavailable.append("--strict: this torch cannot fail on the recompile limit")
+
+    # -- what they report -------------------------------------------------------------------
+    def _dense_event(self, event: DenseEvent) -> None:
+        self.log.write("dense", event=event.to_dict())
+        if self.settings.strict:
+            site = event.site or {}
+            raise StrictModeError(
+                f"dflashdoctor run --strict: flex_attention {event.kind} is about to run its dense kernel "
+                f"(called at {site.get('file')}:{site.get('line')}); it is not compiled by Inductor"
+            )
+
+    def _flex_call(self, site: FlexSite) -> None:
+        self.last_calls.append(
+            {
+                "t": round(time.time(), 3),
+                "file": site.file,
+                "line": site.line,
+                "module": site.module,
+                "via": site.via,
+                "q_shape": site.q_shape,
+                "kv_shape": site.kv_shape,
+                "dense_forward": site.dense_forward,
+                "thread": threading.current_thread().name,
+            }
+        )
+
+    def _step(self) -> None:
+        self.steps += 1
+        self.log.write("step", step=self.steps, memory=self._memory())
+        limit = self.settings.steps
+        if limit is not None and self.steps >= limit:
+            self.agent.ending = "steps-limit"
+            self.snapshot("steps-limit")
+            self.log.write("exit", ending="steps-limit")
+            os._exit(0)  # every thread stops here: the run asked for this many steps
+        if time.monotonic() - self._last_snapshot >= _SNAPSHOT_EVERY_S:
+            self.snapshot("step")
+
+    def _memory(self) -> dict[str, Any]:
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return {}
+        return {
+            f"cuda:{d}": {
+                "allocated_bytes": torch.cuda.memory_allocated(d),
+                "peak_bytes": torch.cuda.max_memory_allocated(d),
+                "reserved_bytes": torch.cuda.memory_reserved(d),
+            }
+            for d in range(torch.cuda.device_count())
+        }
+
+    def _out_of_memory(self, device: int, alloc: int, device_alloc: int, device_free: int) -> None:
+        """Called by the allocator at the failed allocation, before the exception unwinds anything."""
+        snapshot_path = None
+        if self.settings.memory_snapshot:
+            snapshot_path = os.path.join(self.agent.folder, f"memory-snapshot-{os.getpid()}.pickle")
+            torch.cuda.memory._dump_snapshot(snapshot_path)
+        self.oom = {
+            "device": f"cuda:{device}",
+            "requested_bytes": alloc,
+            "allocated_bytes": device_alloc,
+            "free_bytes": device_free,
+            "thread": threading.current_thread().name,
+            "last_calls": list(self.last_calls),
+            "dense_events": [e.to_dict() for e in self.dense.events[-8:]],
+            "memory_snapshot": snapshot_path,
+            "steps": self.steps,
+        }
+        self.log.write("oom", **self.oom)
+
+    def module_of(self, tb: TracebackType | None) -> str | None:
+        """The innermost nn.Module whose forward was running where an exception was raised."""
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        return self.namer.calling_module(tb.tb_frame) if tb is not None else None
+
+    def snapshot(self, reason: str) -> None:
+        with self._snapshot_lock:
+            self._last_snapshot = time.monotonic()
+            self.log.write("snapshot", reason=reason, observations=self._observations(final=reason in _FINAL))
+
+    def _observations(self, *, final: bool) -> dict[str, Any]:
+        if self.flex is not None and final:  # finding the names wrappers are bound to walks every module
+            main = sys.modules.get("__main__")
+            self.flex.name_wrappers({"__main__": vars(main)} if main is not None else {})
+        watch = self.watch
+        if watch is not None:
+            watch.collect("run")
+        guard = self.guard
+        transformers = sys.modules.get("transformers")
+        return {
+            "device": "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu",
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+            "transformers": getattr(transformers, "__version__", None),
+            "expect_wrapper": None,
+            "traced_script": {
+                "script": sys.argv[0] if sys.argv else "",
+                "error": None,
+                "sites": [s.to_dict() for s in list(self.hf.sites.values())] if self.hf is not None else [],
+                "flex_sites": [s.to_dict() for s in list(self.flex.sites.values())] if self.flex is not None else [],
+                "hook_unavailable": self.hf.unavailable if self.hf is not None else None,
+            },
+            "compiles": list(watch.records) if watch is not None else [],
+            "graph_breaks": dict(watch.graph_breaks) if watch is not None else {},
+            "dynamo_disabled": _dynamo_disabled(),
+            "dense_events": [e.to_dict() for e in list(self.dense.events)],
+            "hook_unavailable": self.dense.unavailable,
+            "steps": self.steps,
+            "memory": self._memory(),
+            "autotuner_overlaps": [e.to_dict() for e in list(guard.events)] if guard is not None else [],
+            "autotuned_kernels": guard.kernels_entered() if guard is not None else [],
+            "unavailable": list(self.unavailable),
+        }

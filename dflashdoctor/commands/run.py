@@ -1,0 +1,56 @@
+"""`run -- CMD`: the user's own command under instrumentation, one report for all its processes."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dflashdoctor.agent.config import RunSettings
+from dflashdoctor.errors import BadInput
+from dflashdoctor.judges.run import RunJudge
+from dflashdoctor.report import Report
+from dflashdoctor.runs import launch
+from dflashdoctor.runs.events import read_logs
+from dflashdoctor.runs.watch import watch
+from dflashdoctor.session import finish, new_report
+
+
+@dataclass
+class RunOptions:
+    command: list[str] = field(default_factory=list)
+    report_dir: Path = Path("reports/run")
+    hang_timeout_s: float | None = 600.0
+    steps: int | None = None
+    memory_snapshot: bool = False
+    strict: bool = False
+
+
+def run(options: RunOptions, argv: list[str]) -> Report:
+    command = launch.resolve_command(options.command)
+    if options.steps is not None and options.steps < 1:
+        raise BadInput("--steps must be at least 1")
+    events = options.report_dir / "events"
+    try:
+        events.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot create {events}: {exc.strerror}") from None
+    if any(events.iterdir()):
+        raise BadInput(f"{events} holds events of an earlier run: give another --report-dir")
+    started = time.monotonic()
+    report = new_report("run", argv)
+    report.environment["target"] = " ".join(options.command)
+    settings = RunSettings(steps=options.steps, memory_snapshot=options.memory_snapshot, strict=options.strict)
+    bootstrap = launch.bootstrap_folder()
+    try:
+        child = launch.start(command, launch.child_environment(bootstrap, events, settings))
+        outcome = watch(child, events, options.hang_timeout_s)
+    finally:
+        shutil.rmtree(bootstrap, ignore_errors=True)
+    logs = read_logs(events)
+    report.results.extend(RunJudge(logs, outcome, options.command).judge())
+    instrumented = next((log.instrumented for log in logs if log.instrumented), None)
+    if instrumented:
+        report.environment["torch"] = instrumented.get("torch")
+    return finish(report, started)

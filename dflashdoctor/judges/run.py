@@ -1,0 +1,326 @@
+"""Judges a `dflashdoctor run`: one section for the run as a whole, then one per process (per rank).
+
+A process's attention sites, dense kernels and dynamo records are judged by trace-attention's rules
+(its last snapshot has their shape); `run` adds what only a real run shows: uncaught exceptions with
+the module they came from, out-of-memory forensics, two threads inside one autotuner, hangs with
+every thread's stack, and the command's exit code. Every finding from one process carries its rank
+and pid in the evidence.
+"""
+
+from __future__ import annotations
+
+import signal
+import sysconfig
+from typing import Any
+
+from dflashdoctor.codes import finding
+from dflashdoctor.judges.base import Judge, size_text
+from dflashdoctor.judges.trace_attention import TraceAttentionJudge
+from dflashdoctor.report import ProbeResult, Where
+from dflashdoctor.runs.events import ProcessLog
+from dflashdoctor.runs.watch import Outcome
+
+_FINAL = ("exit", "exception", "steps-limit", "terminated", "oom")
+_AGENT_THREAD = "dflashdoctor-sampler"
+_STDLIB = sysconfig.get_paths()["stdlib"]
+_STEPS_KEPT = 200
+
+
+def _where_of(frame: str) -> Where | None:
+    """`file:line in function` as a Where."""
+    location, _, function = frame.partition(" in ")
+    file, _, line = location.rpartition(":")
+    return Where(file=file, line=int(line), function=function or None) if line.isdigit() else None
+
+
+def _user_frame(frames: list[str]) -> str | None:
+    """The innermost frame outside the standard library (frames innermost last)."""
+    return next((f for f in reversed(frames) if not f.startswith(_STDLIB)), frames[-1] if frames else None)
+
+
+def _observations(log: ProcessLog) -> dict[str, Any]:
+    """The last snapshot, plus the dense kernels logged after it (a process killed before its final
+    snapshot still names them); with no snapshot, the dense kernels alone."""
+    snapshot = log.snapshot
+    if snapshot is None:
+        return {"dense_events": list(log.dense), "traced_script": None}
+    obs = dict(snapshot["observations"])
+    if snapshot.get("reason") not in _FINAL:
+        obs["dense_events"] = [*obs.get("dense_events", []), *(e for e in log.dense if e["t"] > snapshot["t"])]
+    return obs
+
+
+class ProcessJudge(Judge):
+    def __init__(self, log: ProcessLog, hang_stacks: dict[str, Any] | None) -> None:
+        super().__init__(log.label)
+        self.log = log
+        self.hang_stacks = hang_stacks
+        self.obs = _observations(log)
+
+    def judge(self) -> ProbeResult:
+        self._attention()
+        self._exceptions()
+        self._out_of_memory()
+        self._autotuners()
+        self._hang()
+        self._ending()
+        self.measurements.update(self._numbers())
+        self._steps()
+        for item in self.findings:
+            item.evidence = {"rank": self.log.rank, "pid": self.log.pid, **item.evidence}
+        return self.result()
+
+    def _attention(self) -> None:
+        if self.log.instrumented is None:
+            self._check("instrumented", "info", "never imported torch: only its exceptions and stacks are watched")
+            return
+        traced = TraceAttentionJudge(self.obs).judge()
+        self.findings += traced.findings
+        self.checks += [c for c in traced.checks if c.name != "script"]
+        self.measurements["call_sites"] = traced.measurements.get("call_sites", [])
+        self.measurements["graph_breaks"] = traced.measurements.get("graph_breaks", {})
+        for reason in self.obs.get("unavailable", []):
+            self.findings.append(
+                finding(
+                    "instrumentation-unavailable",
+                    "Part of run's instrumentation could not be installed here",
+                    detail=reason,
+                    fix="Report the versions to dflashdoctor; what the other hooks saw is still reported.",
+                )
+            )
+        for error in self.log.agent_errors[:5]:
+            self.findings.append(
+                finding(
+                    "instrumentation-unavailable",
+                    f"dflashdoctor's agent failed at {error.get('what')}; the program ran on",
+                    detail=str(error.get("error")),
+                    evidence=error,
+                    fix="Report it to dflashdoctor with this evidence.",
+                )
+            )
+
+    def _exceptions(self) -> None:
+        seen = set()
+        for exc in self.log.exceptions:
+            key = (exc["type"], exc["message"], str(exc.get("where")))
+            if key in seen or exc.get("oom"):
+                continue
+            seen.add(key)
+            module = f" in {exc['module']}" if exc.get("module") else ""
+            self.findings.append(
+                finding(
+                    "uncaught-exception",
+                    f"{exc['type']}{module} on thread {exc['thread']}: {exc['message'].splitlines()[0][:200]}",
+                    detail=f"Nothing caught it; it ended thread {exc['thread']}"
+                    + (" and the process." if exc["thread"] == "MainThread" else ".")
+                    + (f" It was raised inside module `{exc['module']}`." if exc.get("module") else ""),
+                    where=Where(**exc["where"], module=exc.get("module")) if exc.get("where") else None,
+                    evidence={k: exc[k] for k in ("type", "message", "thread", "module", "traceback")},
+                    fix="Read the traceback in the evidence; the call sites and dense kernels seen before it are "
+                    "listed in this section.",
+                )
+            )
+
+    def _out_of_memory(self) -> None:
+        raised = [e for e in self.log.exceptions if e.get("oom")]
+        if not self.log.ooms and not raised:
+            return
+        oom = self.log.ooms[0] if self.log.ooms else {}
+        exc = raised[0] if raised else {}
+        dense = oom.get("dense_events") or self.obs.get("dense_events") or []
+        cause = self._oom_cause(oom, dense)
+        module = exc.get("module")
+        self.findings.append(
+            finding(
+                "oom",
+                f"Out of memory{f' in {module}' if module else ''}: {cause}",
+                detail=(
+                    f"Asked for {size_text(oom.get('requested_bytes'))} on {oom.get('device', 'the GPU')} with "
+                    f"{size_text(oom.get('allocated_bytes'))} allocated and {size_text(oom.get('free_bytes'))} free, "
+                    f"after {oom.get('steps', 0)} optimizer steps."
+                    if oom
+                    else f"{exc.get('type')}: {str(exc.get('message', '')).splitlines()[0][:300]}"
+                )
+                + (
+                    f" Memory snapshot: {oom['memory_snapshot']} (open it at https://pytorch.org/memory_viz)."
+                    if oom.get("memory_snapshot")
+                    else ""
+                ),
+                where=Where(**exc["where"], module=module) if exc.get("where") else None,
+                evidence={
+                    "allocator": {k: v for k, v in oom.items() if k not in ("last_calls", "dense_events")},
+                    "last_attention_calls": oom.get("last_calls", []),
+                    "dense_events_before": dense[-8:],
+                    "traceback": exc.get("traceback"),
+                },
+                fix="If a dense flex_attention kernel is named, compile that call (a fused kernel never builds "
+                "the score matrix); otherwise lower the batch or sequence, or rerun with --memory-snapshot and "
+                "open the snapshot in PyTorch's memory viewer.",
+            )
+        )
+
+    @staticmethod
+    def _oom_cause(oom: dict[str, Any], dense: list[dict[str, Any]]) -> str:
+        if not dense:
+            return "no dense flex_attention kernel ran before it; see the allocator state and the last calls"
+        last = dense[-1]
+        site = last.get("forward_site") or last.get("site") or {}
+        at = f"{site.get('module') or site.get('function')} ({site.get('file')}:{site.get('line')})"
+        return (
+            f"the dense flex_attention {last['kind']} kernel at {at} builds a float32 score matrix of "
+            f"{size_text(last['score_matrix_bytes'])} per call"
+        )
+
+    def _autotuners(self) -> None:
+        overlaps = self.obs.get("autotuner_overlaps") or []
+        by_kernel: dict[str, list[dict[str, Any]]] = {}
+        for overlap in overlaps:
+            by_kernel.setdefault(overlap["kernel"], []).append(overlap)
+        for kernel, events in by_kernel.items():
+            first = events[0]
+            launch = _user_frame(first["stacks"][1]) if first["stacks"][1] else None
+            self.findings.append(
+                finding(
+                    "concurrent-autotuner-entry",
+                    f"Two threads inside the autotuner of `{kernel}` at once ({len(events)} times)",
+                    detail=f"Threads {first['threads'][0]} and {first['threads'][1]} were inside the same triton "
+                    "Autotuner instance together; its run() keeps per-call state on the instance, so they corrupt "
+                    f"each other (a crash or silently wrong tuning). Cold (tuning) at the overlap: {first['cold']}.",
+                    where=_where_of(launch) if launch else None,
+                    evidence={"overlaps": events[:4], "count": len(events)},
+                    fix="One process per GPU pair (torchrun) instead of threads; or run the target forwards one "
+                    "after another; or wrap training in dflashdoctor.hooks.AutotunerGuard(serialize=True). "
+                    "`dflashdoctor race` proves each fix.",
+                )
+            )
+        if self.log.instrumented is not None:
+            kernels = self.obs.get("autotuned_kernels") or []
+            status = "fail" if overlaps else "pass"
+            summary = f"{len(overlaps)} overlaps in {len(kernels)} autotuned kernels entered"
+            self._check("autotuners", status, summary, "concurrent-autotuner-entry")
+
+    def _hang(self) -> None:
+        if self.hang_stacks is None:
+            return
+        threads = [t for t in self.hang_stacks.get("threads", []) if t["name"] != _AGENT_THREAD]
+        threads = [t for t in threads if not any("dflashdoctor/agent/process.py" in f for f in t["frames"])]
+        main = next((t for t in threads if t["name"] in ("MainThread",) or "current" in t["name"]), None)
+        frame = _user_frame(main["frames"]) if main and main["frames"] else None
+        waits = "; ".join(f"{t['name']} at {_user_frame(t['frames'])}" for t in threads if t["frames"]) or "unknown"
+        tool = self.hang_stacks.get("tool", "?")
+        note = f" ({self.hang_stacks['note']})" if self.hang_stacks.get("note") else ""
+        self.findings.append(
+            finding(
+                "hang",
+                f"{self.log.label} made no progress; {len(threads)} threads were stuck",
+                detail=f"Every thread's stack was taken with {tool}{note}. Each thread waited at: {waits}.",
+                where=_where_of(frame) if frame else None,
+                evidence={"threads": threads, "tool": self.hang_stacks.get("tool")},
+                fix="Read the stacks: two threads each waiting for the other's lock is a deadlock; a collective "
+                "(all_reduce, barrier) waiting on one rank means another rank took a different path.",
+            )
+        )
+
+    def _ending(self) -> None:
+        ending = (self.log.exit or {}).get("ending")
+        if ending is None:
+            ending = "stopped without an exit record (killed by a signal, or os._exit)"
+        self.measurements["ending"] = ending
+
+    def _steps(self) -> None:
+        steps = self.log.steps
+        if not steps:
+            return
+        peak = self.measurements.get("peak_bytes")
+        memory = f", peak CUDA memory {size_text(peak)}" if peak else ""
+        ending = self.measurements["ending"]
+        self._check("steps", "info", f"{len(steps)} optimizer steps{memory}; ended: {ending}")
+
+    def _numbers(self) -> dict[str, Any]:
+        steps = self.log.steps
+        peaks = [max((m.get("peak_bytes", 0) for m in s.get("memory", {}).values()), default=0) for s in steps]
+        return {
+            "pid": self.log.pid,
+            "rank": self.log.rank,
+            "argv": self.log.start.get("argv"),
+            "steps": len(steps),
+            "peak_bytes_by_step": peaks[-_STEPS_KEPT:],
+            "peak_bytes": max(peaks, default=None),
+            "dense_kernels": len(self.obs.get("dense_events") or []),
+        }
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+class RunJudge(Judge):
+    def __init__(self, logs: list[ProcessLog], outcome: Outcome, command: list[str]) -> None:
+        super().__init__("run")
+        self.logs = logs
+        self.outcome = outcome
+        self.command = command
+
+    def judge(self) -> list[ProbeResult]:
+        hang = self.outcome.hang or {}
+        stacks = hang.get("stacks", {})
+        shown = [log for log in self.logs if log.instrumented is not None or log.exceptions or log.pid in stacks]
+        sections = [ProcessJudge(log, stacks.get(log.pid)).judge() for log in shown]
+        self._overview(shown)
+        overview = self.result()
+        if any(c.status == "fail" for c in self.checks):
+            overview.status = "fail"
+        overview.duration_s = self.outcome.duration_s
+        return [overview, *sections]
+
+    def _overview(self, shown: list[ProcessLog]) -> None:
+        outcome = self.outcome
+        code = outcome.returncode
+        self.measurements.update(
+            command=self.command,
+            returncode=code,
+            duration_s=outcome.duration_s,
+            processes=[{"pid": log.pid, "rank": log.rank, "argv": log.start.get("argv")} for log in self.logs],
+            instrumented=len([log for log in self.logs if log.instrumented is not None]),
+            progress_lines=outcome.progress_lines[-20:],
+        )
+        self._check(
+            "processes",
+            "pass" if shown else "warn",
+            f"{len(self.logs)} Python processes started, {self.measurements['instrumented']} imported torch",
+        )
+        if not self.logs:
+            self.findings.append(
+                finding(
+                    "instrumentation-unavailable",
+                    "No Python process of the command loaded dflashdoctor's agent",
+                    detail="The agent loads through PYTHONPATH: a command that is not Python, or Python run with "
+                    "-I, -E or -S (which ignore it), is not instrumented.",
+                    fix="Run the Python program itself under `dflashdoctor run -- python ...`.",
+                )
+            )
+        if outcome.hang:
+            silent = outcome.hang["silent_s"]
+            self._check("watchdog", "fail", f"no progress for {silent} s: stacks taken, run stopped", "hang")
+        if outcome.interrupted:
+            self._check("interrupted", "warn", "stopped by Ctrl-C: the report holds what was seen until then")
+        if code == 0:
+            self._check("exit code", "pass", "the command exited 0")
+            return
+        if outcome.stopped_by_doctor:
+            self._check("exit code", "info", f"{code}: the run was stopped by dflashdoctor")
+            return
+        how = f"was killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited with {code}"
+        self._check("exit code", "fail", f"the command {how}", "child-failed")
+        self.findings.append(
+            finding(
+                "child-failed",
+                f"The command {how}",
+                detail="Its exit code is kept as the run's; the sections per process say what each saw before.",
+                evidence={"returncode": code, "command": self.command},
+                fix="Read the uncaught exceptions and out-of-memory findings below, or the command's own output.",
+            )
+        )

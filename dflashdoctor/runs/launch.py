@@ -1,0 +1,50 @@
+"""Starting the user's command so that every Python process it starts loads the agent.
+
+A temporary folder holds a copy of the bootstrap `sitecustomize.py` and a link to this dflashdoctor
+package, and goes first on PYTHONPATH: a child interpreter from another environment then finds the
+agent without the doctor's whole site-packages (another torch) on its path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import dflashdoctor
+from dflashdoctor.agent.config import EVENTS_DIR, SETTINGS, RunSettings
+from dflashdoctor.errors import BadInput
+
+_BOOTSTRAP = Path(dflashdoctor.__file__).parent / "agent" / "bootstrap" / "sitecustomize.py"
+
+
+def resolve_command(command: list[str]) -> list[str]:
+    if not command:
+        raise BadInput("nothing to run: put the command after --, e.g. dflashdoctor run -- python train.py")
+    program = shutil.which(command[0])
+    if program is None:
+        raise BadInput(f"command not found: {command[0]}")
+    return [program, *command[1:]]
+
+
+def bootstrap_folder() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="dflashdoctor-bootstrap-"))
+    shutil.copy(_BOOTSTRAP, folder / "sitecustomize.py")
+    (folder / "dflashdoctor").symlink_to(Path(dflashdoctor.__file__).parent, target_is_directory=True)
+    return folder
+
+
+def child_environment(bootstrap: Path, events: Path, settings: RunSettings) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(bootstrap), *filter(None, [env.get("PYTHONPATH")])])
+    env[EVENTS_DIR] = str(events.resolve())
+    env[SETTINGS] = settings.to_env()
+    return env
+
+
+def start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Its own session, so that the doctor can stop the whole tree (torchrun and its workers) at
+    once; stdin, stdout and stderr are the doctor's own, so the output passes through untouched."""
+    return subprocess.Popen(command, env=env, start_new_session=True)

@@ -1,0 +1,123 @@
+"""Watching the running command: a progress line per rank, the hang watchdog, Ctrl-C.
+
+Progress is any event from any instrumented process (the agent's sampler writes one whenever a
+thread runs Python). When none comes for `hang_timeout_s`, every live instrumented process's stacks
+are taken and the run is stopped: SIGTERM to the whole process group (the agent snapshots on it),
+SIGKILL after a grace period. Ctrl-C is forwarded as SIGINT, then the same stop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dflashdoctor.runs.events import last_activity, read_logs
+from dflashdoctor.runs.stacks import dump_stacks
+
+_POLL_S = 0.2
+_PROGRESS_LINE_EVERY_S = 10.0
+_GRACE_S = 10.0
+
+
+@dataclass
+class Outcome:
+    returncode: int | None
+    duration_s: float
+    hang: dict[str, Any] | None = None  # {"silent_s", "stacks": {pid: {...}}}
+    interrupted: bool = False
+    stopped_by_doctor: bool = False
+    progress_lines: list[str] = field(default_factory=list)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop(child: subprocess.Popen[bytes], first: signal.Signals) -> None:
+    for sig, wait in ((first, _GRACE_S), (signal.SIGKILL, _GRACE_S)):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            child.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _progress_line(events: Path) -> str:
+    parts = []
+    for log in read_logs(events):
+        if log.instrumented is None:
+            continue
+        step = log.steps[-1] if log.steps else None
+        memory = max((m.get("peak_bytes", 0) for m in (step or {}).get("memory", {}).values()), default=0)
+        text = f"{log.label}: step {step['step'] if step else 0}"
+        if memory:
+            text += f", peak {memory / 2**30:.2f} GiB"
+        if log.dense:
+            text += f", {len(log.dense)} dense flex kernels"
+        parts.append(text)
+    return " | ".join(parts)
+
+
+def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | None) -> Outcome:
+    started = time.monotonic()
+    interrupted = False
+
+    def on_interrupt(_signum: int, _frame: Any) -> None:
+        nonlocal interrupted
+        interrupted = True
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    outcome = Outcome(returncode=None, duration_s=0.0)
+    last_progress_wall = time.time()
+    last_line, last_line_t = "", 0.0
+    try:
+        while child.poll() is None:
+            time.sleep(_POLL_S)
+            if interrupted:
+                outcome.interrupted = outcome.stopped_by_doctor = True
+                _stop(child, signal.SIGINT)
+                break
+            activity = last_activity(events)
+            last_progress_wall = max([last_progress_wall, *activity.values()])
+            now = time.monotonic()
+            if now - last_line_t >= _PROGRESS_LINE_EVERY_S:
+                line = _progress_line(events)
+                if line and line != last_line:
+                    print(f"dflashdoctor run: {line}", file=sys.stderr, flush=True)
+                    outcome.progress_lines.append(line)
+                    last_line = line
+                last_line_t = now
+            silent = time.time() - last_progress_wall
+            if hang_timeout_s is not None and silent >= hang_timeout_s:
+                live = [pid for pid in activity if _alive(pid)]
+                print(
+                    f"dflashdoctor run: no progress for {silent:.0f} s: taking the stacks of {len(live)} "
+                    "processes, then stopping the run",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                outcome.hang = {"silent_s": round(silent, 1), "stacks": {pid: dump_stacks(pid, events) for pid in live}}
+                outcome.stopped_by_doctor = True
+                _stop(child, signal.SIGTERM)
+                break
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    outcome.returncode = child.wait()
+    outcome.duration_s = round(time.monotonic() - started, 3)
+    return outcome
