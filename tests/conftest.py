@@ -104,3 +104,25 @@ def cli(tmp_path: Path):
         return run_cli(tmp_path, *args, timeout=timeout, env=env)
 
     return invoke
+
+
+_CAPABILITIES = "-dac_override,-dac_read_search"  # what lets root read and write past permissions
+_NO_READ_OVERRIDE = ("setpriv", f"--bounding-set={_CAPABILITIES}", f"--inh-caps={_CAPABILITIES}")
+
+
+def permissions_apply(tmp_path: Path) -> tuple[str, ...]:
+    """A prefix under which file permissions bind: none for a plain user; as root, `setpriv` without
+    the capabilities that let root read anything (skip where it cannot drop them)."""
+    if os.geteuid() != 0:
+        return ()
+    probe = tmp_path / "permission-probe"
+    probe.mkdir(mode=0)
+    try:
+        refused = subprocess.run([*_NO_READ_OVERRIDE, "ls", str(probe)], capture_output=True).returncode != 0
+    except FileNotFoundError:
+        refused = False
+    finally:
+        probe.rmdir()
+    if not refused:
+        pytest.skip("running as root, and setpriv cannot drop the read-override capabilities")
+    return _NO_READ_OVERRIDE

@@ -20,7 +20,7 @@ from dflashdoctor.cache import quarantine
 from dflashdoctor.cache.environment import mount_of
 from dflashdoctor.cache.triton_scan import scan_triton
 from tests import cache_tree
-from tests.conftest import run_cli
+from tests.conftest import permissions_apply, run_cli
 
 EXPECTED_KIND = {name: "corrupt" for name in cache_tree.DAMAGE} | {"stray-tmp": "orphan-tmp", "no-group": "incomplete"}
 CODE = {"corrupt": "cache-corrupt-entry", "orphan-tmp": "cache-orphan-tmp", "incomplete": "cache-incomplete-entry"}
@@ -225,30 +225,8 @@ def test_bad_roots_exit_2_with_one_line(tmp_path, make, message):
     assert run.stderr.strip() == "dflashdoctor: " + message.format(p=path)
 
 
-_CAPABILITIES = "-dac_override,-dac_read_search"  # what lets root read and write past permissions
-_NO_READ_OVERRIDE = ("setpriv", f"--bounding-set={_CAPABILITIES}", f"--inh-caps={_CAPABILITIES}")
-
-
-def _permissions_apply(tmp_path: Path) -> tuple[str, ...]:
-    """A prefix under which file permissions bind: none for a plain user; as root, `setpriv` without
-    the capabilities that let root read anything (skip where it cannot drop them)."""
-    if os.geteuid() != 0:
-        return ()
-    probe = tmp_path / "permission-probe"
-    probe.mkdir(mode=0)
-    try:
-        refused = subprocess.run([*_NO_READ_OVERRIDE, "ls", str(probe)], capture_output=True).returncode != 0
-    except FileNotFoundError:
-        refused = False
-    finally:
-        probe.rmdir()
-    if not refused:
-        pytest.skip("running as root, and setpriv cannot drop the read-override capabilities")
-    return _NO_READ_OVERRIDE
-
-
 def test_unreadable_root_exits_2(tmp_path):
-    prefix = _permissions_apply(tmp_path)
+    prefix = permissions_apply(tmp_path)
     root = tmp_path / "root"
     root.mkdir(mode=0)
     run = run_cli(tmp_path, "cache", "check", "--triton-dir", str(root), prefix=prefix)
@@ -259,7 +237,7 @@ def test_unreadable_root_exits_2(tmp_path):
 def test_unreadable_entries_are_reported_and_left_in_place(tmp_path):
     """A folder and a file this user cannot read: `cache-unreadable-entry` naming each, and `fix`
     leaves them (it could not keep a copy), creating no quarantine."""
-    prefix = _permissions_apply(tmp_path)
+    prefix = permissions_apply(tmp_path)
     root = tmp_path / "triton"
     entries = cache_tree.healthy_tree(root, 4)
     cubin = next(entries[1].glob("*.cubin"))
@@ -279,7 +257,7 @@ def test_unreadable_entries_are_reported_and_left_in_place(tmp_path):
 
 
 def test_an_inductor_folder_that_cannot_be_listed_is_reported(tmp_path):
-    prefix = _permissions_apply(tmp_path)
+    prefix = permissions_apply(tmp_path)
     root = tmp_path / "inductor"
     entry = root / "fxgraph" / "ab" / "fabcdef0123"
     entry.mkdir(parents=True)
@@ -294,7 +272,7 @@ def test_an_inductor_folder_that_cannot_be_listed_is_reported(tmp_path):
 
 
 def test_a_move_that_fails_is_retried_by_the_next_fix_in_the_same_quarantine(tmp_path):
-    prefix = _permissions_apply(tmp_path)
+    prefix = permissions_apply(tmp_path)
     root = tmp_path / "triton"
     entries = cache_tree.healthy_tree(root, 3)
     cache_tree.truncate_binary(entries[0])

@@ -83,6 +83,7 @@ def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | 
         interrupted = True
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
+    previous_term = signal.signal(signal.SIGTERM, on_interrupt)  # a doctor stopped stops its run too
     outcome = Outcome(returncode=None, duration_s=0.0)
     last_progress_wall = time.time()
     last_line, last_line_t = "", 0.0
@@ -118,6 +119,7 @@ def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | 
                 break
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
     outcome.returncode = child.wait()
     outcome.duration_s = round(time.monotonic() - started, 3)
     return outcome

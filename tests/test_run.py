@@ -1,0 +1,171 @@
+"""`dflashdoctor run -- CMD` on real programs in real child processes: an eager flex_attention call,
+a deadlock, torchrun with gloo and a fault on one rank, exit codes, child processes, exceptions
+inside modules, --steps and --strict, and instrumentation that must never change the program."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflashdoctor.agent.config import RunSettings
+from dflashdoctor.runs import launch
+from tests.conftest import CliRun, permissions_apply, run_cli
+
+SCRIPTS = Path(__file__).parent / "targets" / "run"
+
+
+def _line(script: str, marker: str) -> int:
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if f"# {marker}" in text)
+
+
+def run(tmp_path: Path, *args: str, timeout: float = 300) -> CliRun:
+    return run_cli(tmp_path, "run", *args, timeout=timeout)
+
+
+def test_eager_flex_call_is_dense_forward_at_its_line(tmp_path):
+    result = run(tmp_path, "--", "python", str(SCRIPTS / "eager_flex.py"))
+    assert result.code == 1, result.stdout + result.stderr
+    assert "eager flex done (1, 2, 128, 16)" in result.stdout  # the program's own output passes through
+    (dense,) = result.findings("dense-forward")
+    assert dense["where"]["file"] == str(SCRIPTS / "eager_flex.py")
+    assert dense["where"]["line"] == _line("eager_flex.py", "FLEX_LINE")
+    assert dense["evidence"]["pid"] > 0 and dense["evidence"]["rank"] is None
+    overview = result.report["results"][0]
+    assert overview["measurements"]["returncode"] == 0 and overview["measurements"]["instrumented"] == 1
+
+
+def test_deadlock_is_reported_as_a_hang_with_both_threads_stacks(tmp_path):
+    result = run(tmp_path, "--hang-timeout", "4", "--", sys.executable, str(SCRIPTS / "deadlock.py"))
+    assert result.code == 1, result.stdout + result.stderr
+    (hang,) = result.findings("hang")
+    threads = {t["name"]: t["frames"] for t in hang["evidence"]["threads"]}
+    wait = f"{SCRIPTS / 'deadlock.py'}:{_line('deadlock.py', 'WAIT_LINE')} in take"
+    stuck = [name for name, frames in threads.items() if wait in frames]
+    assert len(stuck) == 2, threads  # both threads, each waiting for the other's lock
+    assert result.check("watchdog")["status"] == "fail"
+    assert result.report["results"][0]["measurements"]["returncode"] != 0  # stopped by the doctor
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="needs torchrun")
+def test_torchrun_gives_a_section_per_rank_and_finds_the_fault_on_rank_1(tmp_path):
+    script = str(SCRIPTS / "ddp_fault_on_rank1.py")
+    result = run(tmp_path, "--hang-timeout", "120", "--", "torchrun", "--standalone", "--nproc-per-node", "2", script)
+    assert result.code == 1, result.stdout + result.stderr
+    sections = {r["probe"].split(" (")[0]: r for r in result.report["results"][1:]}
+    assert {"rank 0", "rank 1"} <= set(sections)
+    assert sections["rank 0"]["status"] == "pass" and sections["rank 1"]["status"] == "fail"
+    (dense,) = result.findings("dense-forward")
+    assert dense["evidence"]["rank"] == 1
+    assert (dense["where"]["file"], dense["where"]["line"]) == (script, _line("ddp_fault_on_rank1.py", "FLEX_LINE"))
+    assert sections["rank 0"]["measurements"]["steps"] == 3 == sections["rank 1"]["measurements"]["steps"]
+
+
+def test_exit_code_of_the_command_is_kept(tmp_path):
+    result = run(tmp_path, "--", "python", str(SCRIPTS / "exits_3.py"))
+    assert result.code == 1
+    (failed,) = result.findings("child-failed")
+    assert failed["evidence"]["returncode"] == 3
+    assert result.report["results"][0]["measurements"]["returncode"] == 3
+
+
+def test_child_python_processes_are_instrumented_too(tmp_path):
+    result = run(tmp_path, "--", "python", str(SCRIPTS / "spawns_child.py"))
+    assert result.code == 1, result.stdout + result.stderr
+    processes = result.report["results"][0]["measurements"]["processes"]
+    assert len(processes) == 2
+    child = next(p for p in processes if p["argv"][0].endswith("eager_flex.py"))
+    (dense,) = result.findings("dense-forward")
+    assert dense["evidence"]["pid"] == child["pid"]
+
+
+def test_uncaught_exception_names_the_module_it_came_from(tmp_path):
+    result = run(tmp_path, "--", "python", str(SCRIPTS / "raises_in_module.py"))
+    (raised,) = result.findings("uncaught-exception")
+    assert raised["evidence"]["module"] == "blocks.1"
+    assert raised["where"]["line"] == _line("raises_in_module.py", "RAISE_LINE")
+    assert result.findings("child-failed")[0]["evidence"]["returncode"] == 1
+
+
+def test_steps_stops_each_process_after_that_many_optimizer_steps(tmp_path):
+    result = run(tmp_path, "--steps", "3", "--", "python", str(SCRIPTS / "trains_forever.py"))
+    assert result.code == 0, result.stdout + result.stderr
+    section = result.report["results"][1]["measurements"]
+    assert section["steps"] == 3 and section["ending"] == "steps-limit"
+
+
+def test_strict_makes_a_dense_flex_kernel_raise(tmp_path):
+    result = run(tmp_path, "--strict", "--", "python", str(SCRIPTS / "eager_flex.py"))
+    assert "eager flex done" not in result.stdout
+    (raised,) = result.findings("uncaught-exception")
+    assert raised["evidence"]["type"] == "StrictModeError"
+    assert result.findings("child-failed")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "dflashdoctor: nothing to run: put the command after --, e.g. dflashdoctor run -- python train.py"),
+        (("--", "no-such-program-here"), "dflashdoctor: command not found: no-such-program-here"),
+        (("--steps", "0", "--", "python", "-c", "pass"), "dflashdoctor: --steps must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    result = run(tmp_path, *args)
+    assert result.code == 2
+    assert result.stderr.strip() == message
+
+
+def _plain_and_instrumented(tmp_path: Path, script: str, events: Path, prefix: tuple[str, ...] = ()):
+    """The program run alone, then with the agent loaded as `run` loads it."""
+    command = [*prefix, sys.executable, str(SCRIPTS / script)]
+    plain = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    bootstrap = launch.bootstrap_folder()
+    try:
+        env = launch.child_environment(bootstrap, events, RunSettings())
+        instrumented = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    finally:
+        shutil.rmtree(bootstrap)
+    return plain, instrumented
+
+
+def test_a_program_with_its_own_excepthook_behaves_as_it_does_alone(tmp_path):
+    events = tmp_path / "events"
+    events.mkdir()
+    plain, instrumented = _plain_and_instrumented(tmp_path, "own_hooks.py", events)
+    expected = (5, "hello from own_hooks\nown hook saw KeyError\n")
+    assert (instrumented.returncode, instrumented.stdout) == (plain.returncode, plain.stdout) == expected
+    kinds = [line.split('"kind": "')[1].split('"')[0] for line in next(events.glob("*.jsonl")).read_text().splitlines()]
+    assert kinds[0] == "start" and kinds[-1] == "exit"  # the agent was there, and its hook made way for the program's
+
+
+def test_an_agent_that_cannot_write_its_events_leaves_the_program_alone(tmp_path):
+    prefix = permissions_apply(tmp_path)
+    events = tmp_path / "events"
+    events.mkdir(mode=0o555)
+    plain, instrumented = _plain_and_instrumented(tmp_path, "exits_3.py", events, prefix)
+    expected = (3, "about to exit 3\n")
+    assert (instrumented.returncode, instrumented.stdout) == (plain.returncode, plain.stdout) == expected
+    assert "dflashdoctor: instrumentation not started" in instrumented.stderr
+
+
+def test_a_sitecustomize_the_bootstrap_shadows_still_runs(tmp_path):
+    own = tmp_path / "own-site"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE'] = 'ran'\n")
+    events = tmp_path / "events"
+    events.mkdir()
+    bootstrap = launch.bootstrap_folder()
+    try:
+        env = launch.child_environment(bootstrap, events, RunSettings())
+        env["PYTHONPATH"] += os.pathsep + str(own)
+        code = "import os, sys; print(os.environ.get('OWN_SITECUSTOMIZE'), 'dflashdoctor.agent.process' in sys.modules)"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        shutil.rmtree(bootstrap)
+    assert done.stdout.split() == ["ran", "True"], done.stderr
