@@ -79,7 +79,7 @@ def test_child_python_processes_are_instrumented_too(tmp_path):
     assert result.code == 1, result.stdout + result.stderr
     processes = result.report["results"][0]["measurements"]["processes"]
     assert len(processes) == 2
-    child = next(p for p in processes if p["argv"][0].endswith("eager_flex.py"))
+    child = next(p for p in processes if p["argv"][-1].endswith("eager_flex.py"))
     (dense,) = result.findings("dense-forward")
     assert dense["evidence"]["pid"] == child["pid"]
 

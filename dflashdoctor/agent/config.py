@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 EVENTS_DIR = "DFLASHDOCTOR_RUN_EVENTS"
 SETTINGS = "DFLASHDOCTOR_RUN_SETTINGS"
+VERSION = "DFLASHDOCTOR_RUN_VERSION"  # the bootstrap loads an agent of exactly this version
 # faulthandler dumps every thread's stack on this signal when py-spy is not there; a real-time
 # signal, which no training framework claims.
 STACK_SIGNAL = signal.SIGRTMIN + 7 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2

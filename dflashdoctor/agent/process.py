@@ -47,7 +47,7 @@ class ProcessAgent:
     def start(self) -> None:
         self.log.write(
             "start",
-            argv=sys.argv,
+            argv=list(getattr(sys, "orig_argv", sys.argv)),  # `python -m x` has no argv[0] yet
             executable=sys.executable,
             ppid=os.getppid(),
             cwd=os.getcwd(),

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 # Never name a frame of dflashdoctor itself as a call site (through the bootstrap's link, as imported).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SNAPSHOT_EVERY_S = 10.0  # at most one snapshot this often while steps go on (and one at the end)
+_HISTORY_ENTRIES = 50_000  # allocations kept for the snapshot: the ones before an OOM are what matter
 _FINAL = ("exit", "exception", "steps-limit", "terminated", "oom")
 
 
@@ -123,7 +124,7 @@ class TorchInstruments:
         else:
             attach(lambda *args: self.agent.safely("oom", self._out_of_memory, *args))
         if self.settings.memory_snapshot:
-            torch.cuda.memory._record_memory_history(max_entries=200_000)
+            torch.cuda.memory._record_memory_history(max_entries=_HISTORY_ENTRIES)
 
     def _strict(self) -> None:
         config = torch._dynamo.config

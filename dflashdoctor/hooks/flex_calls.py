@@ -165,7 +165,7 @@ class FlexCallRecorder:
                     **about,
                 )
             mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
-            site.observe(query, key, mask, training=bool(query.requires_grad), dense=self.dense.events[before:])
+            site.observe(query, key, mask, training=bool(query.requires_grad), dense=self.dense.events_since(before))
             self.dense.watch_backward(out, site)
             if self.on_call is not None:
                 self.on_call(site)

@@ -174,6 +174,12 @@ class DenseFlexRecorder:
             hop.py_kernels[key] = original
             hop._dispatch_cache.clear()
 
+    def events_since(self, before: int) -> list[DenseEvent]:
+        """This thread's events after index `before`: other threads (data-parallel pairs in a thread
+        pool) append their own kernels to the same list meanwhile."""
+        me = threading.current_thread().name
+        return [event for event in self.events[before:] if event.thread == me]
+
     def watch_backward(self, output: Any, owner: BackwardOwner) -> None:
         """Charge the dense backward kernel of the call that produced `output` to `owner`.
 

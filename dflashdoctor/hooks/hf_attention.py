@@ -149,7 +149,8 @@ class HFAttentionRecorder:
             if site.file is None:
                 caller = sys._getframe(1)
                 site.file, site.line, site.function = caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name
-            site.observe(query, key, attention_mask, training=bool(module.training), dense=self.dense.events[before:])
+            dense = self.dense.events_since(before)
+            site.observe(query, key, attention_mask, training=bool(module.training), dense=dense)
             self.dense.watch_backward(result, site)
             return result
 

@@ -73,7 +73,7 @@ def linear_attention_impl(model: torch.nn.Module) -> str | None:
     return None
 
 
-def _target(worker: int, device: str) -> torch.nn.Module:
+def target_for(worker: int, device: str) -> torch.nn.Module:
     with _BUILD:
         key = (worker, device)
         if key not in _TARGETS:
@@ -85,7 +85,7 @@ def _target(worker: int, device: str) -> torch.nn.Module:
 def target_forward(worker: int, device: str) -> torch.Tensor:
     """Pair `worker`'s target forward on its own copy of the target (built on first use): the last
     hidden states, which the drafter would read as its context."""
-    model = _target(worker, device)
+    model = target_for(worker, device)
     generator = torch.Generator().manual_seed(1000 + worker)
     ids = torch.randint(0, model.config.vocab_size, (1, TOKENS), generator=generator).to(device)
     with torch.no_grad():
@@ -101,7 +101,7 @@ def describe(fix: str) -> str:
 
 def model_info(device: str) -> dict[str, Any]:
     """What the pairs run, for the report: layer kinds and the linear-attention implementation."""
-    model = _target(0, device)
+    model = target_for(0, device)
     return {
         "layer_types": list(model.config.layer_types),
         "linear_attention": linear_attention_impl(model),

@@ -71,9 +71,9 @@ def read_logs(events: Path) -> list[ProcessLog]:
                         next(iter(logs.values()), ProcessLog(0)).damaged_lines += 1
                     continue
                 logs.setdefault(pid, ProcessLog(pid)).add(record)
-    parents = {log.start.get("ppid") for log in logs.values()}
+    rank_parents = {log.start.get("ppid") for log in logs.values() if log.rank is not None}
     for log in logs.values():
-        log.launcher = log.rank is None and log.pid in parents
+        log.launcher = log.rank is None and log.pid in rank_parents
     return sorted(logs.values(), key=lambda log: (log.rank is None, log.rank or 0, log.pid))
 
 

@@ -1,8 +1,10 @@
 """Starting the user's command so that every Python process it starts loads the agent.
 
-A temporary folder holds a copy of the bootstrap `sitecustomize.py` and a link to this dflashdoctor
-package, and goes first on PYTHONPATH: a child interpreter from another environment then finds the
-agent without the doctor's whole site-packages (another torch) on its path.
+A temporary folder holds a copy of the bootstrap `sitecustomize.py` and, under `_package/`, a link to
+this dflashdoctor package, and goes first on PYTHONPATH. The bootstrap uses the program's own
+dflashdoctor when it is this version (real file paths in the report), else the link: a child
+interpreter from another environment then finds the agent without the doctor's whole site-packages
+(another torch) on its path.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import dflashdoctor
-from dflashdoctor.agent.config import EVENTS_DIR, SETTINGS, RunSettings
+from dflashdoctor.agent.config import EVENTS_DIR, SETTINGS, VERSION, RunSettings
 from dflashdoctor.errors import BadInput
 
 _BOOTSTRAP = Path(dflashdoctor.__file__).parent / "agent" / "bootstrap" / "sitecustomize.py"
@@ -32,7 +34,8 @@ def resolve_command(command: list[str]) -> list[str]:
 def bootstrap_folder() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="dflashdoctor-bootstrap-"))
     shutil.copy(_BOOTSTRAP, folder / "sitecustomize.py")
-    (folder / "dflashdoctor").symlink_to(Path(dflashdoctor.__file__).parent, target_is_directory=True)
+    (folder / "_package").mkdir()
+    (folder / "_package" / "dflashdoctor").symlink_to(Path(dflashdoctor.__file__).parent, target_is_directory=True)
     return folder
 
 
@@ -41,6 +44,7 @@ def child_environment(bootstrap: Path, events: Path, settings: RunSettings) -> d
     env["PYTHONPATH"] = os.pathsep.join([str(bootstrap), *filter(None, [env.get("PYTHONPATH")])])
     env[EVENTS_DIR] = str(events.resolve())
     env[SETTINGS] = settings.to_env()
+    env[VERSION] = dflashdoctor.__version__
     return env
 
 
