@@ -250,6 +250,15 @@ class ProcessJudge(Judge):
         }
 
 
+def _worth_a_section(log: ProcessLog) -> bool:
+    """A rank, or a process that trained, ran attention, raised or ran out of memory; helpers that
+    only imported torch (Inductor's compile workers) are listed in the run's measurements instead."""
+    obs = (log.snapshot or {}).get("observations", {})
+    script = obs.get("traced_script") or {}
+    busy = log.steps or log.dense or script.get("sites") or script.get("flex_sites") or obs.get("autotuner_overlaps")
+    return log.rank is not None or bool(busy or log.exceptions or log.ooms or log.agent_errors)
+
+
 def _signal_name(returncode: int) -> str:
     try:
         return signal.Signals(-returncode).name
@@ -267,7 +276,7 @@ class RunJudge(Judge):
     def judge(self) -> list[ProbeResult]:
         hang = self.outcome.hang or {}
         stacks = hang.get("stacks", {})
-        shown = [log for log in self.logs if log.instrumented is not None or log.exceptions or log.pid in stacks]
+        shown = [log for log in self.logs if _worth_a_section(log) or log.pid in stacks]
         sections = [ProcessJudge(log, stacks.get(log.pid)).judge() for log in shown]
         self._overview(shown)
         overview = self.result()
