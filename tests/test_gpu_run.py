@@ -54,7 +54,7 @@ def test_eager_wrapper_is_dense_backward_at_the_drafter_modules(trainer):
 
 @pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="needs fla-core")
 def test_concurrent_target_forwards_are_caught_inside_one_autotuner(trainer):
-    run = trainer("--steps", "2", "--fault", "concurrent-target")
+    run = trainer("--steps", "3", "--fault", "concurrent-target")
     assert run.code == 1, run.stdout[-3000:] + run.stderr[-3000:]
     (entry, *_) = run.findings("concurrent-autotuner-entry")
     overlap = entry["evidence"]["overlaps"][0]

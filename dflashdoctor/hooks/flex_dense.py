@@ -122,7 +122,9 @@ class DenseFlexRecorder:
         self.phase = ""
         self.unavailable: str | None = None
         self.measure_memory = measure_memory
-        self._backward_owner: BackwardOwner | None = None
+        # Per thread: the gradient hook and the backward kernel it announces run on the same autograd
+        # thread (one per device), and data-parallel pairs backpropagate on several at once.
+        self._backward_owner: dict[int, BackwardOwner] = {}
         self._saved: list[tuple[Any, Any, Callable[..., Any]]] = []
         self.skip_prefixes = (
             os.path.abspath(__file__),
@@ -193,7 +195,7 @@ class DenseFlexRecorder:
             output.register_hook(lambda _grad: self._expect_backward_of(owner))
 
     def _expect_backward_of(self, owner: BackwardOwner) -> None:
-        self._backward_owner = owner
+        self._backward_owner[threading.get_ident()] = owner
 
     def _wrap(self, kind: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
         def recording_kernel(*args: Any, **kwargs: Any) -> Any:
@@ -237,7 +239,7 @@ class DenseFlexRecorder:
         return event
 
     def _charge_backward(self, event: DenseEvent) -> None:
-        owner, self._backward_owner = self._backward_owner, None
+        owner = self._backward_owner.pop(threading.get_ident(), None)
         # The shape check keeps a fused call's spent hook from claiming an unrecorded call's backward.
         if owner is not None and owner.q_shape == event.q_shape:
             event.forward_site = owner.charge_backward(event)

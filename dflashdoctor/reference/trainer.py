@@ -14,6 +14,12 @@ Fault switches (`--fault`), each one of the original failures:
 - `recompile-mask`: a score_mod reads a global that changes with each step's context length, so
   dynamo recompiles until its limit, then runs flex_attention eagerly (dense).
 
+Drafter steps that compile (the first, and every one under `recompile-mask`) run one pair at a time:
+torch marks FX tracing with a process-global flag, so a thread calling a compiled function while
+another thread compiles raises "Detected that you are using FX to symbolically trace a
+dynamo-optimized function" (seen on an H200 with torch 2.11). The target forwards, which compile
+nothing, still run from the pool in every step, so `concurrent-target` overlaps the first, cold ones.
+
 Run it as `python -m dflashdoctor.reference.trainer [--fault F] [--steps N] ...`; under
 `dflashdoctor run -- python -m dflashdoctor.reference.trainer` every fault is found.
 """
@@ -105,16 +111,25 @@ def train(args: argparse.Namespace) -> list[float]:
     context_len = args.context_len or (8192 if backward else 512)
     step_times = []
 
-    def pair_step(pair: Pair, step: int) -> float:
+    def target_step(pair: Pair) -> torch.Tensor:
         with contextlib.nullcontext() if concurrent else target_turn:
-            hidden = pair.target_forward(tokens)
+            return pair.target_forward(tokens)
+
+    def pair_step(pair: Pair, step: int) -> float:
+        return drafter_step(pair, target_step(pair), step)
+
+    def drafter_step(pair: Pair, hidden: torch.Tensor, step: int) -> float:
         length = context_len - _RECOMPILE_STRIDE * step if args.fault == "recompile-mask" else context_len
         return pair.drafter_step(hidden, max(length, _RECOMPILE_STRIDE), args.blocks, backward)
 
     with ThreadPoolExecutor(max_workers=len(pairs), thread_name_prefix="pair") as pool:
         for step in range(args.steps):
             started = time.perf_counter()
-            losses = list(pool.map(pair_step, pairs, [step] * len(pairs)))
+            if step == 0 or args.fault == "recompile-mask":  # drafter steps that compile: one pair at a time
+                hidden = list(pool.map(target_step, pairs))
+                losses = [drafter_step(pair, h, step) for pair, h in zip(pairs, hidden, strict=True)]
+            else:
+                losses = list(pool.map(pair_step, pairs, [step] * len(pairs)))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if backward:
