@@ -15,6 +15,7 @@ import faulthandler
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -28,6 +29,14 @@ from dflashdoctor.agent.post_import import when_imported
 _SAMPLE_S = 1.0  # how often the sampler looks at the threads' stacks
 _PROGRESS_EVERY_S = 2.0  # at most one progress event this often
 _TRACEBACK_CHARS = 6000
+
+
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", sysconfig.get_paths()["stdlib"])
+
+
+def _is_user_file(filename: str) -> bool:
+    """Not installed libraries, not the standard library, not generated code."""
+    return not filename.startswith("<") and not any(marker in filename for marker in _LIBRARY_MARKERS)
 
 
 def _stack_key(frames: dict[int, FrameType]) -> tuple[Any, ...]:
@@ -90,7 +99,8 @@ class ProcessAgent:
 
     def record_exception(self, exc: BaseException, tb: TracebackType | None, thread: str) -> None:
         frames = traceback.extract_tb(tb)
-        last = frames[-1] if frames else None
+        raised = frames[-1] if frames else None
+        last = next((f for f in reversed(frames) if _is_user_file(f.filename)), raised)
         module = self.torch.module_of(tb) if self.torch is not None else None
         oom = type(exc).__name__ == "OutOfMemoryError"
         self.log.write(
@@ -100,6 +110,7 @@ class ProcessAgent:
             message=str(exc)[:2000],
             traceback="".join(traceback.format_exception(exc))[-_TRACEBACK_CHARS:],
             where={"file": last.filename, "line": last.lineno, "function": last.name} if last else None,
+            raised_at=f"{raised.filename}:{raised.lineno} in {raised.name}" if raised else None,
             module=module,
             oom=oom,
         )

@@ -60,6 +60,7 @@ class TorchInstruments:
         self.steps = 0
         self.last_calls: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.settings.last_calls)
         self.oom: dict[str, Any] | None = None
+        self.in_flight: dict[int, dict[str, Any]] = {}  # thread ident -> the flex call it is inside
         self.unavailable: list[str] = []
         self._last_snapshot = 0.0
         self._snapshot_lock = threading.Lock()
@@ -143,20 +144,23 @@ class TorchInstruments:
                 f"(called at {site.get('file')}:{site.get('line')}); it is not compiled by Inductor"
             )
 
-    def _flex_call(self, site: FlexSite) -> None:
-        self.last_calls.append(
-            {
-                "t": round(time.time(), 3),
-                "file": site.file,
-                "line": site.line,
-                "module": site.module,
-                "via": site.via,
-                "q_shape": site.q_shape,
-                "kv_shape": site.kv_shape,
-                "dense_forward": site.dense_forward,
-                "thread": threading.current_thread().name,
-            }
-        )
+    def _flex_call(self, site: FlexSite, entering: bool) -> None:
+        """The call each thread has in flight (an out-of-memory inside it names it) and the last ones."""
+        ident = threading.get_ident()
+        if not entering:
+            self.last_calls.append(self.in_flight.pop(ident, None) or {})
+            return
+        self.in_flight[ident] = {
+            "t": round(time.time(), 3),
+            "file": site.file,
+            "line": site.line,
+            "function": site.function,
+            "module": site.module,
+            "via": site.via,
+            "thread": threading.current_thread().name,
+            "calls_before": site.calls,
+            "dense_forward_before": site.dense_forward,
+        }
 
     def _step(self) -> None:
         self.steps += 1
@@ -194,6 +198,7 @@ class TorchInstruments:
             "allocated_bytes": device_alloc,
             "free_bytes": device_free,
             "thread": threading.current_thread().name,
+            "in_flight": self.in_flight.get(threading.get_ident()),
             "last_calls": list(self.last_calls),
             "dense_events": [e.to_dict() for e in self.dense.events[-8:]],
             "memory_snapshot": snapshot_path,
@@ -202,10 +207,17 @@ class TorchInstruments:
         self.log.write("oom", **self.oom)
 
     def module_of(self, tb: TracebackType | None) -> str | None:
-        """The innermost nn.Module whose forward was running where an exception was raised."""
+        """The innermost user nn.Module (not one of torch's own, such as an FX GraphModule) whose
+        forward was running where an exception was raised."""
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
-        return self.namer.calling_module(tb.tb_frame) if tb is not None else None
+        frame = tb.tb_frame if tb is not None else None
+        while frame is not None:
+            candidate = frame.f_locals.get("self")
+            if isinstance(candidate, torch.nn.Module) and not type(candidate).__module__.startswith("torch."):
+                return self.namer.name(candidate, frame)
+            frame = frame.f_back
+        return None
 
     def snapshot(self, reason: str) -> None:
         with self._snapshot_lock:

@@ -82,9 +82,13 @@ class FlexSite(CallStats):
 
 class FlexCallRecorder:
     def __init__(
-        self, dense: DenseFlexRecorder, namer: ModuleNamer, on_call: Callable[[FlexSite], None] | None = None
+        self,
+        dense: DenseFlexRecorder,
+        namer: ModuleNamer,
+        on_call: Callable[[FlexSite, bool], None] | None = None,
     ) -> None:
-        """`on_call` sees the site after each eager call (`run` keeps the last calls for OOM forensics)."""
+        """`on_call(site, entering)` sees each eager call as it starts and as it returns (`run` keeps
+        the call in flight and the last calls for out-of-memory forensics)."""
         self.dense = dense
         self.namer = namer
         self.on_call = on_call
@@ -149,8 +153,6 @@ class FlexCallRecorder:
                     comptime(note_traced_call)
                 return fn(query, key, value, *args, **kwargs)
             caller = sys._getframe(1)
-            before = len(self.dense.events)
-            out = fn(query, key, value, *args, **kwargs)
             module = self.namer.calling_module(caller)  # one line serves many layers: key by module too
             site_key = (caller.f_code.co_filename, caller.f_lineno, id(recording_flex), module)
             site = self.sites.get(site_key)
@@ -164,11 +166,15 @@ class FlexCallRecorder:
                     wrapper_id=id(recording_flex),
                     **about,
                 )
+            if self.on_call is not None:
+                self.on_call(site, True)
+            before = len(self.dense.events)
+            out = fn(query, key, value, *args, **kwargs)
             mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
             site.observe(query, key, mask, training=bool(query.requires_grad), dense=self.dense.events_since(before))
             self.dense.watch_backward(out, site)
             if self.on_call is not None:
-                self.on_call(site)
+                self.on_call(site, False)
             return out
 
         self._wrappers[id(recording_flex)] = recording_flex

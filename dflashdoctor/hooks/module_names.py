@@ -35,18 +35,21 @@ class ModuleNamer:
             self._names.setdefault(module, name or type(module).__name__)
 
     def name(self, module: torch.nn.Module, frame: FrameType | None) -> str:
-        """The module's dotted name under its outermost calling module, else its class name."""
+        """The module's dotted name under the outermost calling module that holds it, else its class
+        name. (A trainer object may hold a model outside its own module tree, as a frozen target.)"""
         if module not in self._names:
-            outermost = None
+            callers = []
             for _ in range(_MAX_FRAMES):
                 if frame is None:
                     break
                 candidate = frame.f_locals.get("self")
-                if isinstance(candidate, torch.nn.Module):
-                    outermost = candidate
+                if isinstance(candidate, torch.nn.Module) and (not callers or callers[-1] is not candidate):
+                    callers.append(candidate)
                 frame = frame.f_back
-            if outermost is not None:
-                self._name_root(outermost)
+            for root in reversed(callers):  # outermost first
+                self._name_root(root)
+                if module in self._names:
+                    break
         return self._names.get(module, type(module).__name__)
 
     def named_modules(self) -> list[tuple[str, torch.nn.Module]]:

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dflashdoctor.codes import finding
-from dflashdoctor.report import Check, CheckStatus, Comparison, Finding, ProbeResult
+from dflashdoctor.report import Check, CheckStatus, Comparison, Finding, ProbeResult, Where
+
+_FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+) in (?P<function>\S+)$")
+
+
+def frame_where(frame: str | None) -> Where | None:
+    """A stack line `file:line in function` (as the hooks format them) as a Where."""
+    match = _FRAME.match(frame or "")
+    if not match:
+        return None
+    return Where(file=match["file"], line=int(match["line"]), function=match["function"])
 
 
 def size_text(n: float | None) -> str:

@@ -7,12 +7,11 @@ trials passing with outputs equal to a single-threaded run.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from dflashdoctor.codes import finding
-from dflashdoctor.judges.base import Judge
-from dflashdoctor.report import ProbeResult, Where
+from dflashdoctor.judges.base import Judge, frame_where
+from dflashdoctor.report import ProbeResult
 
 REFS = [
     "https://github.com/triton-lang/triton/issues/3095",
@@ -30,14 +29,6 @@ FIX_ADVICE = (
     "dflashdoctor.hooks.AutotunerGuard(serialize=True):` around training (`--fix lock`). A warm-up pass "
     "only narrows the window."
 )
-_FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+) in (?P<function>\S+)$")
-
-
-def _where(frame: str) -> Where | None:
-    match = _FRAME.match(frame)
-    if not match:
-        return None
-    return Where(file=match["file"], line=int(match["line"]), function=match["function"])
 
 
 class RaceJudge(Judge):
@@ -260,7 +251,7 @@ class RaceJudge(Judge):
                 "autotuner-race",
                 title,
                 detail=detail,
-                where=_where(launch or error["frame"]) if error else None,
+                where=frame_where(launch or error["frame"]) if error else None,
                 evidence={
                     "exception": f"{error['type']}: {error['message']}" if error else None,
                     "failing_frame": error["frame"] if error else None,

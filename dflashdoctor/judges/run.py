@@ -14,7 +14,7 @@ import sysconfig
 from typing import Any
 
 from dflashdoctor.codes import finding
-from dflashdoctor.judges.base import Judge, size_text
+from dflashdoctor.judges.base import Judge, frame_where, size_text
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
 from dflashdoctor.report import ProbeResult, Where
 from dflashdoctor.runs.events import ProcessLog
@@ -26,16 +26,15 @@ _STDLIB = sysconfig.get_paths()["stdlib"]
 _STEPS_KEPT = 200
 
 
-def _where_of(frame: str) -> Where | None:
-    """`file:line in function` as a Where."""
-    location, _, function = frame.partition(" in ")
-    file, _, line = location.rpartition(":")
-    return Where(file=file, line=int(line), function=function or None) if line.isdigit() else None
-
-
 def _user_frame(frames: list[str]) -> str | None:
     """The innermost frame outside the standard library (frames innermost last)."""
     return next((f for f in reversed(frames) if not f.startswith(_STDLIB)), frames[-1] if frames else None)
+
+
+def _launch_frame(frames: list[str]) -> str | None:
+    """The line that launched an autotuned kernel: the frame before triton's launcher (`jit.py`)."""
+    launches = [i for i, f in enumerate(frames) if "/triton/runtime/jit.py:" in f]
+    return frames[launches[0] - 1] if launches and launches[0] > 0 else _user_frame(frames)
 
 
 def _observations(log: ProcessLog) -> dict[str, Any]:
@@ -115,7 +114,7 @@ class ProcessJudge(Judge):
                     + (" and the process." if exc["thread"] == "MainThread" else ".")
                     + (f" It was raised inside module `{exc['module']}`." if exc.get("module") else ""),
                     where=Where(**exc["where"], module=exc.get("module")) if exc.get("where") else None,
-                    evidence={k: exc[k] for k in ("type", "message", "thread", "module", "traceback")},
+                    evidence={k: exc.get(k) for k in ("type", "message", "thread", "module", "raised_at", "traceback")},
                     fix="Read the traceback in the evidence; the call sites and dense kernels seen before it are "
                     "listed in this section.",
                 )
@@ -129,7 +128,11 @@ class ProcessJudge(Judge):
         exc = raised[0] if raised else {}
         dense = oom.get("dense_events") or self.obs.get("dense_events") or []
         cause = self._oom_cause(oom, dense)
-        module = exc.get("module")
+        call = oom.get("in_flight") or {}
+        module = call.get("module") or exc.get("module")
+        where = exc.get("where")
+        if call.get("file"):
+            where = {"file": call["file"], "line": call["line"], "function": call["function"]}
         self.findings.append(
             finding(
                 "oom",
@@ -146,9 +149,10 @@ class ProcessJudge(Judge):
                     if oom.get("memory_snapshot")
                     else ""
                 ),
-                where=Where(**exc["where"], module=module) if exc.get("where") else None,
+                where=Where(**where, module=module) if where else None,
                 evidence={
-                    "allocator": {k: v for k, v in oom.items() if k not in ("last_calls", "dense_events")},
+                    "allocator": {k: v for k, v in oom.items() if k not in ("last_calls", "dense_events", "in_flight")},
+                    "call_in_flight": call or None,
                     "last_attention_calls": oom.get("last_calls", []),
                     "dense_events_before": dense[-8:],
                     "traceback": exc.get("traceback"),
@@ -161,14 +165,18 @@ class ProcessJudge(Judge):
 
     @staticmethod
     def _oom_cause(oom: dict[str, Any], dense: list[dict[str, Any]]) -> str:
+        call = oom.get("in_flight")
+        inside = f"{call['module'] or call['function']} ({call['file']}:{call['line']})" if call else None
         if not dense:
+            if inside:
+                return f"inside the flex_attention call of {inside}; see the allocator state"
             return "no dense flex_attention kernel ran before it; see the allocator state and the last calls"
         last = dense[-1]
-        site = last.get("forward_site") or last.get("site") or {}
-        at = f"{site.get('module') or site.get('function')} ({site.get('file')}:{site.get('line')})"
+        site = last.get("forward_site") or last.get("site")
+        at = f"{site.get('module') or site.get('function')} ({site.get('file')}:{site.get('line')})" if site else inside
         return (
-            f"the dense flex_attention {last['kind']} kernel at {at} builds a float32 score matrix of "
-            f"{size_text(last['score_matrix_bytes'])} per call"
+            f"the dense flex_attention {last['kind']} kernel of {at or 'an unrecorded call'} builds a float32 score "
+            f"matrix of {size_text(last['score_matrix_bytes'])} per call"
         )
 
     def _autotuners(self) -> None:
@@ -178,7 +186,7 @@ class ProcessJudge(Judge):
             by_kernel.setdefault(overlap["kernel"], []).append(overlap)
         for kernel, events in by_kernel.items():
             first = events[0]
-            launch = _user_frame(first["stacks"][1]) if first["stacks"][1] else None
+            launch = _launch_frame(first["stacks"][1])
             self.findings.append(
                 finding(
                     "concurrent-autotuner-entry",
@@ -186,7 +194,7 @@ class ProcessJudge(Judge):
                     detail=f"Threads {first['threads'][0]} and {first['threads'][1]} were inside the same triton "
                     "Autotuner instance together; its run() keeps per-call state on the instance, so they corrupt "
                     f"each other (a crash or silently wrong tuning). Cold (tuning) at the overlap: {first['cold']}.",
-                    where=_where_of(launch) if launch else None,
+                    where=frame_where(launch),
                     evidence={"overlaps": events[:4], "count": len(events)},
                     fix="One process per GPU pair (torchrun) instead of threads; or run the target forwards one "
                     "after another; or wrap training in dflashdoctor.hooks.AutotunerGuard(serialize=True). "
@@ -214,7 +222,7 @@ class ProcessJudge(Judge):
                 "hang",
                 f"{self.log.label} made no progress; {len(threads)} threads were stuck",
                 detail=f"Every thread's stack was taken with {tool}{note}. Each thread waited at: {waits}.",
-                where=_where_of(frame) if frame else None,
+                where=frame_where(frame),
                 evidence={"threads": threads, "tool": self.hang_stacks.get("tool")},
                 fix="Read the stacks: two threads each waiting for the other's lock is a deadlock; a collective "
                 "(all_reduce, barrier) waiting on one rank means another rank took a different path.",
