@@ -31,7 +31,10 @@ _PROGRESS_EVERY_S = 2.0  # at most one progress event this often
 _TRACEBACK_CHARS = 6000
 
 
-_LIBRARY_MARKERS = ("site-packages", "dist-packages", sysconfig.get_paths()["stdlib"])
+# The instrumentation's own frames (the autotuner guard wraps triton's run) are never the user's either.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_INSTRUMENTATION = (os.path.join(_PACKAGE_DIR, "agent"), os.path.join(_PACKAGE_DIR, "hooks"))
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", sysconfig.get_paths()["stdlib"], *_INSTRUMENTATION)
 
 
 def _is_user_file(filename: str) -> bool:

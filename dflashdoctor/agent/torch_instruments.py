@@ -186,7 +186,7 @@ class TorchInstruments:
             for d in range(torch.cuda.device_count())
         }
 
-    def _out_of_memory(self, device: int, alloc: int, device_alloc: int, device_free: int) -> None:
+    def _out_of_memory(self, device: int, alloc: int, device_total: int, device_free: int) -> None:
         """Called by the allocator at the failed allocation, before the exception unwinds anything."""
         snapshot_path = None
         if self.settings.memory_snapshot:
@@ -195,7 +195,7 @@ class TorchInstruments:
         self.oom = {
             "device": f"cuda:{device}",
             "requested_bytes": alloc,
-            "allocated_bytes": device_alloc,
+            "device_total_bytes": device_total,  # or the limit set with set_per_process_memory_fraction
             "free_bytes": device_free,
             "thread": threading.current_thread().name,
             "in_flight": self.in_flight.get(threading.get_ident()),

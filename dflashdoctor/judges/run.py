@@ -139,7 +139,7 @@ class ProcessJudge(Judge):
                 f"Out of memory{f' in {module}' if module else ''}: {cause}",
                 detail=(
                     f"Asked for {size_text(oom.get('requested_bytes'))} on {oom.get('device', 'the GPU')} with "
-                    f"{size_text(oom.get('allocated_bytes'))} allocated and {size_text(oom.get('free_bytes'))} free, "
+                    f"{size_text(oom.get('free_bytes'))} free of {size_text(oom.get('device_total_bytes'))}, "
                     f"after {oom.get('steps', 0)} optimizer steps."
                     if oom
                     else f"{exc.get('type')}: {str(exc.get('message', '')).splitlines()[0][:300]}"
