@@ -40,10 +40,16 @@ def test_eager_flex_call_is_dense_forward_at_its_line(tmp_path):
     assert overview["measurements"]["returncode"] == 0 and overview["measurements"]["instrumented"] == 1
 
 
-def test_deadlock_is_reported_as_a_hang_with_both_threads_stacks(tmp_path):
-    result = run(tmp_path, "--hang-timeout", "4", "--", sys.executable, str(SCRIPTS / "deadlock.py"))
+@pytest.mark.parametrize("tool", ["py-spy", "faulthandler"])
+def test_deadlock_is_reported_as_a_hang_with_both_threads_stacks(tmp_path, tool):
+    if tool == "py-spy" and shutil.which("py-spy") is None:
+        pytest.skip("py-spy is not installed")
+    env = {"PATH": "/usr/bin:/bin"} if tool == "faulthandler" else None  # a PATH without py-spy
+    args = ("--hang-timeout", "4", "--", sys.executable, str(SCRIPTS / "deadlock.py"))
+    result = run_cli(tmp_path, "run", *args, timeout=300, env=env)
     assert result.code == 1, result.stdout + result.stderr
     (hang,) = result.findings("hang")
+    assert hang["evidence"]["tool"] == tool
     threads = {t["name"]: t["frames"] for t in hang["evidence"]["threads"]}
     wait = f"{SCRIPTS / 'deadlock.py'}:{_line('deadlock.py', 'WAIT_LINE')} in take"
     stuck = [name for name, frames in threads.items() if wait in frames]
