@@ -4,6 +4,7 @@ inside modules, --steps and --strict, and instrumentation that must never change
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -175,3 +176,23 @@ def test_a_sitecustomize_the_bootstrap_shadows_still_runs(tmp_path):
     finally:
         shutil.rmtree(bootstrap)
     assert done.stdout.split() == ["ran", "True"], done.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+@pytest.mark.parametrize(
+    ("fault", "code", "expected"),
+    [("none", 0, None), ("eager-wrapper", 1, "dense-forward"), ("hf-flex-path", 0, "hf-internal-flex-path")],
+)
+def test_reference_trainer_faults_on_the_cpu(tmp_path, fault, code, expected):
+    """The trainer's pairs share one process: one section, its drafter layers named (forward only here:
+    flex_attention has no CPU backward)."""
+    trainer = ("--", sys.executable, "-m", "dflashdoctor.reference.trainer", "--steps", "2", "--fault", fault)
+    result = run(tmp_path, "--hang-timeout", "240", *trainer)
+    assert result.code == code, result.stdout[-3000:] + result.stderr[-3000:]
+    (section,) = [r for r in result.report["results"][1:] if r["measurements"]["steps"]]
+    assert section["measurements"]["steps"] == 2
+    if expected is None:
+        assert not result.findings()
+        return
+    found = result.findings(expected)
+    assert found and all(f["where"]["module"].startswith("drafter.layers.") for f in found)
