@@ -11,6 +11,7 @@ import typer
 from dflashdoctor import __version__
 from dflashdoctor.commands.cache import CacheOptions, cache
 from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compile
+from dflashdoctor.commands.env import EnvOptions, env
 from dflashdoctor.commands.race import RaceOptions, race
 from dflashdoctor.commands.run import RunOptions, run
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
@@ -228,6 +229,18 @@ def run_command(
     )
     report = run(options, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=directory, verbose=verbose))
+
+
+@app.command("env")
+def env_command(
+    python: PythonOpt = None,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Versions, GPUs, cache roots, the TORCH*/TRITON*/FLA*/CUDA*/NCCL* knobs set, and known hazards."""
+    report = env(EnvOptions(python=python), _argv())
+    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
 
 
 cache_app = typer.Typer(

@@ -23,6 +23,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "backward-not-checked": ("info", "no backward check was possible (e.g. flex backward is unsupported on CPU)"),
     "target-raised": ("error", "the target raised an exception when called with valid inputs"),
     "oom": ("error", "the run ran out of memory; evidence names the last attention calls and memory"),
+    "env-hazard": ("warning", "a variable that is set makes training slow or silently uncompiled"),
+    "budget-exceeded": ("error", "the gate measured more than its configured budget allows"),
     "uncaught-exception": ("error", "a process of the run raised an exception nothing caught; names the module"),
     "instrumentation-unavailable": (
         "info",

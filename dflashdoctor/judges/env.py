@@ -1,0 +1,107 @@
+"""Judges the environment: what is installed, what is set, and the settings known to bite.
+
+Values of variables that look secret are redacted before anything is kept: the env report is meant
+to be pasted into bug reports.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dflashdoctor.codes import finding
+from dflashdoctor.judges.base import Judge, size_text
+from dflashdoctor.report import ProbeResult
+
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|AUTH", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"^(hf_|ghp_|gho_|github_pat_|sk-|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}")
+REDACTED = "<redacted>"
+DEFAULT_RECOMPILE_LIMIT = 8
+
+# (variable, the value that bites or None for any, why, what to do)
+_HAZARDS: tuple[tuple[str, str | None, str, str], ...] = (
+    (
+        "TORCHDYNAMO_DISABLE",
+        "1",
+        "dynamo is disabled: torch.compile returns the function unchanged and flex_attention runs its dense kernel.",
+        "Unset TORCHDYNAMO_DISABLE for training.",
+    ),
+    (
+        "TORCHDYNAMO_SUPPRESS_ERRORS",
+        None,
+        "compile errors fall back to eager silently: a flex_attention wrapper that fails to compile runs dense.",
+        "Unset it, or run `dflashdoctor check-compile` on the wrapper.",
+    ),
+    (
+        "CUDA_LAUNCH_BLOCKING",
+        "1",
+        "every CUDA launch is synchronous: good for debugging, many times slower for training.",
+        "Unset it for a real run.",
+    ),
+    (
+        "TRITON_INTERPRET",
+        "1",
+        "triton kernels run in the Python interpreter on the CPU: orders of magnitude slower.",
+        "Unset it for a real run.",
+    ),
+)
+
+
+def redact(variables: dict[str, str]) -> dict[str, str]:
+    return {k: REDACTED if _SECRET_NAME.search(k) or _SECRET_VALUE.match(v) else v for k, v in variables.items()}
+
+
+class EnvJudge(Judge):
+    def __init__(self, obs: dict[str, Any], cache_roots: list[dict[str, Any]]) -> None:
+        super().__init__("env")
+        self.obs = obs
+        self.cache_roots = cache_roots
+
+    def judge(self) -> ProbeResult:
+        obs = self.obs
+        packages = obs["packages"]
+        fla = packages.get("fla-core") or packages.get("flash-linear-attention")
+        cuda = f"CUDA {obs['cuda']}, cuDNN {obs['cudnn']}" if obs.get("cuda") else "CPU build"
+        self._check("python", "info", f"{obs['python']} ({obs['executable']})")
+        self._check("torch", "info", f"{obs['torch']} ({cuda})")
+        versions = {name: packages.get(name) for name in ("triton", "transformers")} | {"fla": fla}
+        self._check("libraries", "info", ", ".join(f"{k} {v or 'not installed'}" for k, v in versions.items()))
+        gpus = obs.get("gpus") or []
+        summary = ", ".join(f"{g['name']} (sm {g['capability']}, {size_text(g['memory_bytes'])})" for g in gpus)
+        self._check("gpus", "info", f"{summary}; driver {obs.get('driver')}" if gpus else "none visible to torch")
+        for root in self.cache_roots:
+            size = f"{size_text(root['bytes'])} in {root['files']} files" if root["exists"] else "not created yet"
+            self._check(f"cache {root['kind']}", "info", f"{root['path']} ({root['source']}): {size}")
+        variables = redact(obs.get("variables") or {})
+        self._hazards(variables)
+        self._recompile_limit()
+        self.measurements.update({k: v for k, v in obs.items() if k != "variables"})
+        self.measurements.update(variables=variables, cache_roots=self.cache_roots)
+        return self.result()
+
+    def _hazards(self, variables: dict[str, str]) -> None:
+        for name, bites, why, fix in _HAZARDS:
+            value = variables.get(name)
+            if value is None or (bites is not None and value != bites):
+                continue
+            self.findings.append(
+                finding(
+                    "env-hazard",
+                    f"{name}={value}: {why.split(':')[0]}",
+                    detail=why,
+                    evidence={"variable": name, "value": value},
+                    fix=fix,
+                )
+            )
+        hazards = len(self.findings)
+        self._check("hazards", "warn" if hazards else "pass", f"{hazards} known hazards set", "env-hazard")
+        if "TORCH_LOGS" in variables:  # not harmful, but it silences in-process logging setup
+            self._check("TORCH_LOGS", "info", "set: torch._logging.set_logs() is ignored while it is")
+
+    def _recompile_limit(self) -> None:
+        limit = self.obs.get("recompile_limit")
+        if limit is None:
+            return
+        changed = limit != DEFAULT_RECOMPILE_LIMIT
+        note = f"{limit}" + (f" (torch's default is {DEFAULT_RECOMPILE_LIMIT})" if changed else " (default)")
+        self._check("recompile limit", "info", f"{note}: past it, dynamo runs a frame eagerly (flex runs dense)")

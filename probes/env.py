@@ -1,0 +1,91 @@
+"""Probe: the environment as the probed interpreter sees it.
+
+Versions (read from package metadata where importing would be costly or could fail: triton,
+transformers and fla are never imported), the GPUs torch sees, the knobs set in the environment,
+and dynamo's recompile limit. The doctor redacts and judges; nothing here decides.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from typing import Any
+
+from dflashdoctor.probe_support import probe_main
+
+VARIABLE_PREFIXES = ("TORCH", "TRITON", "FLA_", "CUDA", "NCCL", "PYTORCH", "HF_", "TRANSFORMERS", "NVIDIA", "OMP_")
+_PACKAGES = ("torch", "triton", "transformers", "fla-core", "flash-linear-attention", "numpy", "dflashdoctor")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _driver() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
+
+
+def _torch() -> dict[str, Any]:
+    import torch
+
+    gpus = []
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            gpus.append(
+                {
+                    "index": index,
+                    "name": props.name,
+                    "capability": f"{props.major}.{props.minor}",
+                    "memory_bytes": props.total_memory,
+                }
+            )
+    try:
+        import torch._dynamo.config as dynamo_config
+
+        recompile_limit = getattr(dynamo_config, "recompile_limit", None)
+        dynamo_disabled = bool(getattr(dynamo_config, "disable", False))
+    except Exception:  # an odd build without dynamo
+        recompile_limit, dynamo_disabled = None, None
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "cuda_available": torch.cuda.is_available(),
+        "gpus": gpus,
+        "recompile_limit": recompile_limit,
+        "dynamo_disabled": dynamo_disabled,
+    }
+
+
+def run(_settings: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "packages": {name: _version(name) for name in _PACKAGES},
+        "driver": _driver(),
+        "variables": {k: v for k, v in sorted(os.environ.items()) if k.startswith(VARIABLE_PREFIXES)},
+        **_torch(),
+    }
+
+
+if __name__ == "__main__":
+    probe_main(run)
