@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,13 +13,15 @@ from dflashdoctor import __version__
 from dflashdoctor.commands.cache import CacheOptions, cache
 from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compile
 from dflashdoctor.commands.env import EnvOptions, env
+from dflashdoctor.commands.gate import GateOptions, gate
 from dflashdoctor.commands.race import RaceOptions, race
 from dflashdoctor.commands.run import RunOptions, run
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
 from dflashdoctor.errors import BadInput
 from dflashdoctor.models import preset_names
-from dflashdoctor.output import default_report_dir, emit
+from dflashdoctor.output import default_report_dir, emit, write_extra_outputs
 from dflashdoctor.reference import DEFAULT_TARGET
+from dflashdoctor.render import github
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
 
 app = typer.Typer(
@@ -229,6 +232,29 @@ def run_command(
     )
     report = run(options, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=directory, verbose=verbose))
+
+
+@app.command("gate")
+def gate_command(
+    config: Annotated[
+        Path | None,
+        typer.Option(help="Gate configuration (TOML); default ./dflashdoctor.toml, else pyproject's table."),
+    ] = None,
+    target: Annotated[str | None, typer.Option(help="Override the configured check-compile TARGET.")] = None,
+    device: Annotated[str | None, typer.Option(help="Override the configured device: auto, cpu or cuda.")] = None,
+    junit: Annotated[Path | None, typer.Option(help="Also write the JUnit XML here.")] = None,
+    sarif: Annotated[Path | None, typer.Option(help="Also write the SARIF 2.1.0 here.")] = None,
+    python: PythonOpt = None,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run the probes that apply, against the configured budgets: one pass/fail step before a long run."""
+    report = gate(GateOptions(config=config, cwd=Path.cwd(), target=target, device=device, python=python), _argv())
+    code = emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose)
+    write_extra_outputs(report, junit=junit, sarif=sarif)
+    github.publish(report, os.environ)
+    raise typer.Exit(code)
 
 
 @app.command("env")

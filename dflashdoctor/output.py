@@ -9,6 +9,8 @@ from pathlib import Path
 from rich.console import Console
 
 from dflashdoctor.render import write_report_dir
+from dflashdoctor.render.junit import render_junit
+from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.render.terminal import render_terminal
 from dflashdoctor.report import Report
 
@@ -28,3 +30,11 @@ def emit(report: Report, *, json_output: bool, report_dir: Path | None, verbose:
     else:
         render_terminal(report, Console(), verbose=verbose, report_dir=str(directory))
     return report.exit_code()
+
+
+def write_extra_outputs(report: Report, *, junit: Path | None, sarif: Path | None) -> None:
+    """Copies CI asks for at paths of its own (the report directory has every format already)."""
+    for path, render in ((junit, render_junit), (sarif, render_sarif)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(render(report), encoding="utf-8")

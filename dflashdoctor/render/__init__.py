@@ -7,6 +7,7 @@ from pathlib import Path
 from dflashdoctor.render.html import render_html
 from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.markdown import render_markdown
+from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.report import Report
 
 FILES = {
@@ -14,6 +15,7 @@ FILES = {
     "report.html": render_html,
     "report.md": render_markdown,
     "junit.xml": render_junit,
+    "report.sarif": render_sarif,
 }
 
 

@@ -66,4 +66,5 @@ def render_terminal(report: Report, console: Console, *, verbose: bool = False, 
         for f in findings:
             _finding(console, f, verbose)
     if report_dir:
-        console.print(Text(f"\nreport: {report_dir}/report.html (also report.json, report.md, junit.xml)", style="dim"))
+        others = "report.json, .md, .sarif, junit.xml"
+        console.print(Text(f"\nreport: {report_dir}/report.html (also {others})", style="dim"))

@@ -1,0 +1,89 @@
+"""`gate`: env, check-compile, trace-attention, the race checks and cache check as one report, judged
+against the configured budgets. Each probe's result is a section (a JUnit testsuite, SARIF results)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dflashdoctor.commands.cache import CacheOptions, cache
+from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compile
+from dflashdoctor.commands.env import EnvOptions, env
+from dflashdoctor.commands.race import RaceOptions, race
+from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
+from dflashdoctor.gate.config import GateConfig, load_config
+from dflashdoctor.gate.verdicts import apply_budgets, judge_race_for_pipeline
+from dflashdoctor.report import Report
+from dflashdoctor.session import finish, new_report
+
+
+@dataclass
+class GateOptions:
+    config: Path | None = None
+    cwd: Path = Path(".")
+    target: str | None = None  # overrides the configuration
+    device: str | None = None
+    python: str | None = None
+
+
+def _probe(name: str, config: GateConfig, python: str | None) -> Report:
+    """One probe's own report, run as its command would run it."""
+    argv = ["dflashdoctor", "gate", name]
+    runners: dict[str, Callable[[], Report]] = {
+        "env": lambda: env(EnvOptions(python=python), argv),
+        "check-compile": lambda: check_compile(
+            CheckCompileOptions(
+                target=config.target,
+                device=config.device,
+                max_recompiles=config.max_recompiles,
+                python=python,
+                timeout_s=config.timeout,
+            ),
+            argv,
+        ),
+        "trace-attention": lambda: trace_attention(
+            TraceAttentionOptions(
+                model=config.model,
+                drafter=config.model is None,
+                expect_wrapper=config.expect_wrapper,
+                device=config.device,
+                python=python,
+                timeout_s=config.timeout,
+            ),
+            argv,
+        ),
+        "race": lambda: race(RaceOptions(python=python, timeout_s=config.timeout), argv),
+        "cache": lambda: cache(
+            CacheOptions(
+                "check",
+                Path(config.triton_dir) if config.triton_dir else None,
+                Path(config.inductor_dir) if config.inductor_dir else None,
+            ),
+            argv,
+        ),
+    }
+    return runners[name]()
+
+
+def gate(options: GateOptions, argv: list[str]) -> Report:
+    config, source = load_config(options.config, options.cwd)
+    if options.target:
+        config.target = options.target
+    if options.device:
+        config.device = options.device
+    started = time.monotonic()
+    report = new_report("gate", argv)
+    report.environment.update(target=config.target, gate_config=source)
+    for name in config.probes:
+        sub = _probe(name, config, options.python)
+        for result in sub.results:
+            if name == "race":
+                judge_race_for_pipeline(result, config)
+            if name in ("check-compile", "trace-attention"):
+                apply_budgets(result, config)
+            report.results.append(result)
+        for key, value in sub.environment.items():
+            report.environment.setdefault(key, value)
+    return finish(report, started)

@@ -1,0 +1,1 @@
+"""`dflashdoctor gate`: the probes that apply, against budgets, as one pass/fail step."""

@@ -1,0 +1,93 @@
+"""The gate's configuration: `[tool.dflashdoctor]` in pyproject.toml, or dflashdoctor.toml, or a file
+given with --config. An unknown key or a value of the wrong type is bad input (exit 2): a typo in a
+budget must never pass silently."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from dflashdoctor.errors import BadInput
+from dflashdoctor.reference import DEFAULT_TARGET
+
+PROBES = ("env", "check-compile", "trace-attention", "race", "cache")
+
+
+@dataclass
+class GateConfig:
+    target: str = DEFAULT_TARGET  # the flex_attention wrapper check-compile judges
+    device: str = "auto"
+    model: str | None = None  # a trace-attention model preset; None traces the reference drafter step
+    expect_wrapper: str | None = None  # trace-attention: every flex call must go through this
+    probes: list[str] = field(default_factory=lambda: list(PROBES))
+    max_recompiles: int = 2
+    max_graph_breaks: int = 0
+    require_fused_backward: bool = True
+    max_compile_seconds: float | None = None
+    threaded_autotuners: bool = False  # the pipeline runs autotuned kernels from several threads at once
+    triton_dir: str | None = None
+    inductor_dir: str | None = None
+    timeout: float = 900.0
+
+    def validate(self) -> None:
+        unknown = [p for p in self.probes if p not in PROBES]
+        if unknown:
+            raise BadInput(f"unknown probe {unknown[0]!r} in probes; expected some of {', '.join(PROBES)}")
+
+
+_TYPES = {
+    "str": (str,),
+    "str | None": (str, type(None)),
+    "int": (int,),
+    "float": (int, float),
+    "float | None": (int, float, type(None)),
+    "bool": (bool,),
+    "list[str]": (list,),
+}
+
+
+def _from_table(table: dict[str, Any], source: str) -> GateConfig:
+    known = {f.name: f for f in fields(GateConfig)}
+    values = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise BadInput(f"unknown key {key!r} in {source}; known keys: {', '.join(sorted(known))}")
+        allowed = _TYPES[str(known[name].type)]
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise BadInput(f"{key} in {source} must be {known[name].type}, not {type(value).__name__}")
+        values[name] = value
+    config = GateConfig(**values)
+    config.validate()
+    return config
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{path} is not valid TOML: {exc}") from None
+
+
+def load_config(explicit: Path | None, cwd: Path) -> tuple[GateConfig, str]:
+    """The configuration and where it came from: --config, ./dflashdoctor.toml, ./pyproject.toml's
+    [tool.dflashdoctor], else the defaults (the embedded reference setup)."""
+    candidates = [explicit] if explicit is not None else [cwd / "dflashdoctor.toml", cwd / "pyproject.toml"]
+    for path in candidates:
+        if path is None or (explicit is None and not path.is_file()):
+            continue
+        data = _read(path)
+        if path.name == "pyproject.toml" or "tool" in data:
+            table = data.get("tool", {}).get("dflashdoctor")
+            if table is None:
+                if explicit is not None:
+                    raise BadInput(f"{path} has no [tool.dflashdoctor] table")
+                continue
+            return _from_table(table, f"{path} [tool.dflashdoctor]"), str(path)
+        return _from_table(data, str(path)), str(path)
+    return GateConfig(), "defaults (the embedded reference setup)"

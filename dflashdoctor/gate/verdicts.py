@@ -1,0 +1,77 @@
+"""What the gate adds to the probes' own verdicts: budgets, and the race judged for this pipeline.
+
+The probes judge against their own defaults; the gate holds a run to the team's budgets
+(recompiles, graph breaks, compile time), each overrun a `budget-exceeded` error naming the budget;
+a dense backward is an error unless `require_fused_backward = false`. The race probe's forced
+reproduction proves the installed triton's autotuner is racy; that is a pipeline's error only when
+it runs autotuned kernels from several threads at once (`threaded_autotuners`), otherwise a warning
+with the reproduction as evidence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflashdoctor.codes import finding
+from dflashdoctor.gate.config import GateConfig
+from dflashdoctor.report import Check, ProbeResult
+
+_RACE_ERRORS = ("autotuner-race", "concurrent-autotuner-entry")
+
+
+def _over(result: ProbeResult, budget: str, measured: Any, limit: Any, what: str) -> None:
+    result.findings.append(
+        finding(
+            "budget-exceeded",
+            f"{result.probe}: {what} {measured} is over the budget {budget} = {limit}",
+            detail=f"The gate's configuration allows {budget} = {limit}; this run measured {measured}.",
+            evidence={"budget": budget, "limit": limit, "measured": measured, "probe": result.probe},
+            fix="Fix the cause the probe's own findings name, or raise the budget in [tool.dflashdoctor] "
+            "if the new figure is intended.",
+        )
+    )
+    result.checks.append(Check(f"budget {budget}", "fail", f"{measured} > {limit}", ["budget-exceeded"]))
+    result.status = "fail"
+
+
+def apply_budgets(result: ProbeResult, config: GateConfig) -> None:
+    m = result.measurements
+    recompiles = m.get("recompiles")
+    if isinstance(recompiles, int) and recompiles > config.max_recompiles:
+        _over(result, "max_recompiles", recompiles, config.max_recompiles, "recompiles")
+    breaks = m.get("graph_breaks")
+    count = sum(breaks.values()) if isinstance(breaks, dict) else breaks
+    if isinstance(count, int) and count > config.max_graph_breaks:
+        _over(result, "max_graph_breaks", count, config.max_graph_breaks, "graph breaks")
+    compile_s = m.get("compile_s")
+    limit = config.max_compile_seconds
+    if limit is not None and isinstance(compile_s, int | float) and compile_s > limit:
+        _over(result, "max_compile_seconds", round(compile_s, 2), limit, "compile seconds")
+    if not config.require_fused_backward:  # the team accepts a dense backward (say, a forward-only job)
+        result.findings = [f for f in result.findings if f.code != "dense-backward"]
+        for check in result.checks:
+            if check.name == "backward" and check.status == "fail":
+                check.status, check.summary = "info", f"allowed (require_fused_backward = false): {check.summary}"
+        result.status = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
+
+
+def judge_race_for_pipeline(result: ProbeResult, config: GateConfig) -> None:
+    if config.threaded_autotuners:
+        result.checks.append(Check("pipeline", "info", "threaded_autotuners = true: the race is this pipeline's error"))
+        return
+    reproduction = [f for f in result.findings if f.code in _RACE_ERRORS]
+    if not reproduction:
+        return
+    result.findings = [f for f in result.findings if f.code not in _RACE_ERRORS]
+    shared = next((f for f in result.findings if f.code == "autotuner-shared-state"), None)
+    if shared is not None:
+        shared.evidence["forced_reproduction"] = [f"{f.code}: {f.title}" for f in reproduction]
+        shared.detail += (
+            " The forced reproduction failed here, so the installed triton has the race; the configured pipeline "
+            "does not run autotuned kernels from several threads (threaded_autotuners = false), so it is a warning."
+        )
+    for check in result.checks:
+        if check.status == "fail" and set(check.codes) & set(_RACE_ERRORS):
+            check.status, check.summary = "warn", f"installed triton is racy: {check.summary}"
+    result.checks.append(Check("pipeline", "info", "threaded_autotuners = false: the race is reported as a warning"))
+    result.status = "fail" if any(f.severity == "error" for f in result.findings) else "pass"

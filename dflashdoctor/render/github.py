@@ -1,0 +1,42 @@
+"""GitHub Actions: workflow commands that annotate files in the run's summary and in pull requests,
+and the Markdown report appended to the job's step summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dflashdoctor.render.markdown import render_markdown
+from dflashdoctor.report import Report
+
+_COMMAND = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def _escape(text: str, *, property_value: bool = False) -> str:
+    """Workflow-command escaping: %, CR and LF always; `:` and `,` in property values too."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if property_value else text
+
+
+def annotations(report: Report) -> list[str]:
+    lines = []
+    for result in report.results:
+        for f in result.findings:
+            props = [f"title={_escape(f.code, property_value=True)}"]
+            if f.where and f.where.file and not f.where.file.startswith("<"):
+                props.insert(0, f"file={_escape(f.where.file, property_value=True)}")
+                if f.where.line:
+                    props.insert(1, f"line={f.where.line}")
+            lines.append(f"::{_COMMAND[f.severity]} {','.join(props)}::{_escape(f'{result.probe}: {f.title}')}")
+    return lines
+
+
+def publish(report: Report, environ: Mapping[str, str]) -> None:
+    """Under GitHub Actions (GITHUB_ACTIONS=true): print the annotations, append the step summary."""
+    if environ.get("GITHUB_ACTIONS") != "true":
+        return
+    for line in annotations(report):
+        print(line, flush=True)
+    summary = environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(render_markdown(report) + "\n")

@@ -1,0 +1,146 @@
+"""`gate` and `env` for real: the default gate on the embedded reference setup, a configuration that
+points at a raw flex_attention target, budgets, the CI formats (JUnit, SARIF 2.1.0, GitHub workflow
+commands), bad configurations, and the environment report with secrets redacted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from tests.conftest import CliRun, run_cli
+
+RAW_CALL = "dflashdoctor.reference.faults.raw_call:flex_attention_forward"
+RAW_FILE = Path(__file__).parent.parent / "dflashdoctor" / "reference" / "faults" / "raw_call.py"
+
+
+def gate(tmp_path: Path, *args: str, config: str | None = None, env: dict[str, str] | None = None) -> CliRun:
+    if config is not None:
+        (tmp_path / "dflashdoctor.toml").write_text(config)
+    return run_cli(
+        tmp_path, "gate", "--junit", str(tmp_path / "junit.xml"), "--sarif", str(tmp_path / "out.sarif"), *args, env=env
+    )
+
+
+def _sarif_is_valid_2_1_0(document: dict) -> None:
+    """The properties SARIF 2.1.0 requires, and the enumerations it fixes, for what we emit."""
+    assert document["version"] == "2.1.0" and document["$schema"].endswith("sarif-2.1.0.json")
+    (run,) = document["runs"]
+    driver = run["tool"]["driver"]
+    assert driver["name"] == "dflashdoctor"
+    rule_ids = [rule["id"] for rule in driver["rules"]]
+    assert len(rule_ids) == len(set(rule_ids))
+    for rule in driver["rules"]:
+        assert rule["defaultConfiguration"]["level"] in ("none", "note", "warning", "error")
+        assert rule["shortDescription"]["text"]
+    for result in run["results"]:
+        assert result["level"] in ("none", "note", "warning", "error")
+        assert result["message"]["text"]
+        assert rule_ids[result["ruleIndex"]] == result["ruleId"]
+        for location in result.get("locations", []):
+            physical = location["physicalLocation"]
+            assert physical["artifactLocation"]["uri"]
+            assert physical.get("region", {"startLine": 1})["startLine"] >= 1
+
+
+def _junit(path: Path) -> ET.Element:
+    """The attributes CI systems read from JUnit XML (Jenkins, GitLab, GitHub test reporters)."""
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    for suite in root.iter("testsuite"):
+        assert suite.get("name") and int(suite.get("tests")) >= 1
+        assert int(suite.get("failures")) == len(suite.findall("testcase/failure"))
+        for case in suite.iter("testcase"):
+            assert case.get("name") and case.get("classname")
+    return root
+
+
+def test_default_gate_passes_on_the_embedded_reference_setup(tmp_path):
+    run = gate(tmp_path)
+    assert run.code == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    sections = [r["probe"] for r in run.report["results"]]
+    assert sections == ["env", "check-compile", "trace-attention", "race", "cache"]
+    race = run.report["results"][3]
+    assert race["status"] == "pass" and not [f for f in race["findings"] if f["severity"] == "error"]
+    shared = next(f for f in race["findings"] if f["code"] == "autotuner-shared-state")
+    assert shared["evidence"]["forced_reproduction"]  # the racy triton, proven, as a warning
+    _sarif_is_valid_2_1_0(json.loads((tmp_path / "out.sarif").read_text()))
+    suites = [s.get("name") for s in _junit(tmp_path / "junit.xml").iter("testsuite")]
+    assert suites == sections
+
+
+def test_gate_fails_on_a_raw_flex_target_in_every_ci_format(tmp_path):
+    summary = tmp_path / "summary.md"
+    config = f'target = "{RAW_CALL}"\nprobes = ["check-compile"]\n'
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    run = gate(tmp_path, config=config, env=env)
+    assert run.code == 1, run.stdout[-4000:]
+    failures = [f.get("message") for f in _junit(tmp_path / "junit.xml").iter("failure")]
+    assert any("dense forward" in (m or "") for m in failures)
+    sarif = json.loads((tmp_path / "out.sarif").read_text())
+    _sarif_is_valid_2_1_0(sarif)
+    dense = [r for r in sarif["runs"][0]["results"] if r["ruleId"] == "dense-forward"]
+    assert dense and dense[0]["level"] == "error"
+    annotations = [line for line in run.stdout.splitlines() if line.startswith("::error ")]
+    expected = f"::error file={RAW_FILE},line="
+    assert any(line.startswith(expected) and "title=dense-forward" in line for line in annotations)
+    assert "dense-forward" in summary.read_text()
+
+
+@pytest.mark.parametrize(
+    ("budget", "measured_key"),
+    [("max_recompiles = 0", "recompiles"), ("max_compile_seconds = 0.001", "compile_s")],
+)
+def test_budgets_are_enforced(tmp_path, budget, measured_key):
+    run = gate(tmp_path, config=f'probes = ["check-compile"]\n{budget}\n')
+    assert run.code == 1, run.stdout[-3000:]
+    (over,) = run.findings("budget-exceeded")
+    assert over["evidence"]["budget"] == budget.split(" = ")[0]
+    measured = run.report["results"][0]["measurements"][measured_key]
+    assert over["evidence"]["measured"] == (round(measured, 2) if isinstance(measured, float) else measured)
+
+
+def test_pyproject_table_is_read_and_flags_override_it(tmp_path):
+    table = f'[tool.dflashdoctor]\ntarget = "{RAW_CALL}"\nprobes = ["check-compile"]\n'
+    (tmp_path / "pyproject.toml").write_text(table)
+    run = gate(tmp_path, "--target", "dflashdoctor.reference.drafter:flex_attention_forward")
+    assert run.code == 0, run.stdout[-3000:]
+    assert run.report["environment"]["gate_config"].endswith("pyproject.toml")
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("max_recompile = 3\n", "unknown key 'max_recompile' in {toml}; known keys: "),
+        ('max_recompiles = "three"\n', "max_recompiles in {toml} must be int, not str"),
+        ('probes = ["check-compile", "lint"]\n', "unknown probe 'lint' in probes; expected some of "),
+        ("max_recompiles = [\n", "{toml} is not valid TOML: "),
+    ],
+)
+def test_bad_configuration_is_one_line_and_exit_2(tmp_path, config, message):
+    run = gate(tmp_path, config=config)
+    assert run.code == 2
+    assert run.stderr.startswith("dflashdoctor: " + message.format(toml=tmp_path / "dflashdoctor.toml"))
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_env_reports_versions_and_hazards_and_redacts_secrets(tmp_path):
+    env = {
+        "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz",
+        "TORCH_HOME_MIRROR_KEY": "plain-looking",
+        "TORCH_EXTENSIONS_DIR": "/opt/ext",
+        "TORCH_CUSTOM": "ghp_abcdefghijklmnopqrstuvwxyz012345",
+        "TORCHDYNAMO_DISABLE": "1",
+    }
+    run = run_cli(tmp_path, "env", env=env)
+    assert run.code == 0, run.stdout[-3000:]
+    (result,) = run.report["results"]
+    variables = result["measurements"]["variables"]
+    assert variables["HF_TOKEN"] == variables["TORCH_HOME_MIRROR_KEY"] == variables["TORCH_CUSTOM"] == "<redacted>"
+    assert variables["TORCH_EXTENSIONS_DIR"] == "/opt/ext"
+    assert "hf_abcdefghijklmnopqrstuvwxyz" not in (tmp_path / "report" / "report.json").read_text()
+    (hazard,) = run.findings("env-hazard")
+    assert hazard["evidence"] == {"variable": "TORCHDYNAMO_DISABLE", "value": "1"}
+    assert result["measurements"]["torch"].startswith("2.") and result["measurements"]["recompile_limit"] == 8
