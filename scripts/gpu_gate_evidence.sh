@@ -9,9 +9,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 work=$(mktemp -d)
 export TRITON_CACHE_DIR="$work/triton-cache" TORCHINDUCTOR_CACHE_DIR="$work/inductor-cache"
 for pass in cold warm; do
-  started=$(date +%s.%N)
+  started=$SECONDS
   python3 -m dflashdoctor gate --report-dir "$work/h200-gate-$pass" >"$work/h200-gate-$pass.txt" 2>&1
-  code=$?
-  echo "gate $pass: exit $code in $(echo "$(date +%s.%N) - $started" | bc) s" | tee -a "$work/gate-times.txt"
+  echo "gate $pass: exit $? in $((SECONDS - started)) s" | tee -a "$work/gate-times.txt"
 done
 tar czf "$OUT/gate-evidence.tgz" -C "$work" --exclude triton-cache --exclude inductor-cache .

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from xml.etree import ElementTree as ET
 
 from dflashdoctor.codes import finding
@@ -74,7 +75,11 @@ def test_markdown_and_report_dir(tmp_path):
     text = render_markdown(report)
     assert "`dense-forward`" in text and "| forward | FAIL |" in text
     written = write_report_dir(report, tmp_path / "out")
-    assert sorted(p.name for p in written.iterdir()) == ["junit.xml", "report.html", "report.json", "report.md"]
+    names = ["junit.xml", "report.html", "report.json", "report.md", "report.sarif"]
+    assert sorted(p.name for p in written.iterdir()) == names
+    sarif = json.loads((written / "report.sarif").read_text())  # hostile strings stay JSON strings
+    codes = {f.code for f in report.findings()}
+    assert {r["ruleId"] for r in sarif["runs"][0]["results"]} == codes
     assert Report.from_json((written / "report.json").read_text()) == report
 
 

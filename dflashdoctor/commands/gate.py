@@ -1,10 +1,15 @@
 """`gate`: env, check-compile, trace-attention, the race checks and cache check as one report, judged
-against the configured budgets. Each probe's result is a section (a JUnit testsuite, SARIF results)."""
+against the configured budgets. Each probe's result is a section (a JUnit testsuite, SARIF results).
+
+The probes run at once by default (each is its own process; most of a probe's time is starting
+Python and importing torch); `parallel = false` runs them one after another, for timings taken on
+an otherwise idle machine (check-compile's compile and call times share the GPU and CPUs otherwise)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,8 +81,9 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
     started = time.monotonic()
     report = new_report("gate", argv)
     report.environment.update(target=config.target, gate_config=source)
-    for name in config.probes:
-        sub = _probe(name, config, options.python)
+    with ThreadPoolExecutor(max_workers=len(config.probes) if config.parallel else 1) as pool:
+        reports = list(pool.map(lambda name: _probe(name, config, options.python), config.probes))
+    for name, sub in zip(config.probes, reports, strict=True):
         for result in sub.results:
             if name == "race":
                 judge_race_for_pipeline(result, config)

@@ -30,6 +30,7 @@ class GateConfig:
     triton_dir: str | None = None
     inductor_dir: str | None = None
     timeout: float = 900.0
+    parallel: bool = True  # run the probes at once; false for timings on an otherwise idle machine
 
     def validate(self) -> None:
         unknown = [p for p in self.probes if p not in PROBES]
