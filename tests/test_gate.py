@@ -5,6 +5,8 @@ commands), bad configurations, and the environment report with secrets redacted.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -144,3 +146,20 @@ def test_env_reports_versions_and_hazards_and_redacts_secrets(tmp_path):
     (hazard,) = run.findings("env-hazard")
     assert hazard["evidence"] == {"variable": "TORCHDYNAMO_DISABLE", "value": "1"}
     assert result["measurements"]["torch"].startswith("2.") and result["measurements"]["recompile_limit"] == 8
+
+
+def test_python_runs_the_probed_side_in_another_virtual_environment(tmp_path):
+    """A second venv (sharing this one's packages, so torch is there): the probes run in its
+    interpreter, and the report says which."""
+    venv = tmp_path / "other-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    run = gate(tmp_path, "--python", python, config='probes = ["env", "check-compile"]\n')
+    assert run.code == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    env_section = run.report["results"][0]
+    assert env_section["measurements"]["executable"] == python
+    bad = run_cli(tmp_path, "env", "--python", str(tmp_path / "no-such-python"))
+    assert (
+        bad.code == 2
+        and bad.stderr.strip() == f"dflashdoctor: --python {tmp_path / 'no-such-python'}: no such executable"
+    )
