@@ -2,7 +2,8 @@
 
 Versions (read from package metadata where importing would be costly or could fail: triton,
 transformers and fla are never imported), the GPUs torch sees, the knobs set in the environment,
-and dynamo's recompile limit. The doctor redacts and judges; nothing here decides.
+dynamo's recompile limit, and the cache roots with their sizes (on this machine: with `--ssh` the
+probed side is another one). The doctor redacts and judges; nothing here decides.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import shutil
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
+from dflashdoctor.cache.roots import resolve_roots
 from dflashdoctor.probe_support import probe_main
 
 VARIABLE_PREFIXES = ("TORCH", "TRITON", "FLA_", "CUDA", "NCCL", "PYTORCH", "HF_", "TRANSFORMERS", "NVIDIA", "OMP_")
@@ -75,6 +78,29 @@ def _torch() -> dict[str, Any]:
     }
 
 
+def _size(root: Path) -> tuple[int, int]:
+    """Files and bytes under a cache root (links not followed)."""
+    files = size = 0
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(folder, name)).st_size
+                files += 1
+            except OSError:
+                continue
+    return files, size
+
+
+def _cache_roots() -> list[dict[str, Any]]:
+    rows = []
+    for root in resolve_roots(os.environ, None, None, all_roots=False):
+        exists = root.path.is_dir()
+        files, size = _size(root.path) if exists else (0, 0)
+        where = {"kind": root.kind, "path": str(root.path), "source": root.source}
+        rows.append(where | {"exists": exists, "files": files, "bytes": size})
+    return rows
+
+
 def run(_settings: dict[str, Any]) -> dict[str, Any]:
     return {
         "python": sys.version.split()[0],
@@ -83,6 +109,7 @@ def run(_settings: dict[str, Any]) -> dict[str, Any]:
         "packages": {name: _version(name) for name in _PACKAGES},
         "driver": _driver(),
         "variables": {k: v for k, v in sorted(os.environ.items()) if k.startswith(VARIABLE_PREFIXES)},
+        "cache_roots": _cache_roots(),
         **_torch(),
     }
 

@@ -52,10 +52,10 @@ def redact(variables: dict[str, str]) -> dict[str, str]:
 
 
 class EnvJudge(Judge):
-    def __init__(self, obs: dict[str, Any], cache_roots: list[dict[str, Any]]) -> None:
+    def __init__(self, obs: dict[str, Any]) -> None:
         super().__init__("env")
         self.obs = obs
-        self.cache_roots = cache_roots
+        self.cache_roots = obs.get("cache_roots", [])
 
     def judge(self) -> ProbeResult:
         obs = self.obs
@@ -75,7 +75,7 @@ class EnvJudge(Judge):
         variables = redact(obs.get("variables") or {})
         self._hazards(variables)
         self._recompile_limit()
-        self.measurements.update({k: v for k, v in obs.items() if k != "variables"})
+        self.measurements.update({k: v for k, v in obs.items() if k not in ("variables", "cache_roots")})
         self.measurements.update(variables=variables, cache_roots=self.cache_roots)
         return self.result()
 
