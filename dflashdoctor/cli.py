@@ -37,6 +37,10 @@ ReportDirOpt = Annotated[
     Path | None, typer.Option("--report-dir", help="Write report.json/html/md and junit.xml here.")
 ]
 PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter to probe with (default: this one).")]
+SshOpt = Annotated[
+    str | None,
+    typer.Option("--ssh", help="[user@]host[:port]: run the probed side there through ssh (--python: its python)."),
+]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Seconds before a probe is killed.")]
 # Typer raises click's exceptions, from a vendored copy of click in newer releases: take the class
 # from typer itself so both layouts are caught.
@@ -82,6 +86,7 @@ def check_compile_command(
     vary: Annotated[int, typer.Option(help="Also call with this many growing context lengths.")] = 10,
     max_recompiles: Annotated[int, typer.Option(help="Recompiles allowed before a warning.")] = 2,
     python: PythonOpt = None,
+    ssh: SshOpt = None,
     timeout: TimeoutOpt = 900.0,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
@@ -99,6 +104,7 @@ def check_compile_command(
         vary=vary,
         max_recompiles=max_recompiles,
         python=python,
+        ssh=ssh,
         timeout_s=timeout,
     )
     report = check_compile(options, _argv())
@@ -127,6 +133,7 @@ def trace_attention_command(
         int, typer.Option(help="Tokens per step; the drafter drafts a quarter as many (128 or more) over them.")
     ] = 256,
     python: PythonOpt = None,
+    ssh: SshOpt = None,
     timeout: TimeoutOpt = 900.0,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
@@ -146,6 +153,7 @@ def trace_attention_command(
         steps=steps,
         seq_len=seq_len,
         python=python,
+        ssh=ssh,
         timeout_s=timeout,
     )
     report = trace_attention(options, _argv())
@@ -171,6 +179,7 @@ def race_command(
         typer.Option(help="Keep real kernels' compiled binaries here across runs (tuning stays cold regardless)."),
     ] = None,
     python: PythonOpt = None,
+    ssh: SshOpt = None,
     timeout: TimeoutOpt = 600.0,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
@@ -185,6 +194,7 @@ def race_command(
         seed=seed,
         processes=processes,
         python=python,
+        ssh=ssh,
         timeout_s=timeout,
         binaries_dir=triton_binaries,
     )
@@ -245,12 +255,14 @@ def gate_command(
     junit: Annotated[Path | None, typer.Option(help="Also write the JUnit XML here.")] = None,
     sarif: Annotated[Path | None, typer.Option(help="Also write the SARIF 2.1.0 here.")] = None,
     python: PythonOpt = None,
+    ssh: SshOpt = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the probes that apply, against the configured budgets: one pass/fail step before a long run."""
-    report = gate(GateOptions(config=config, cwd=Path.cwd(), target=target, device=device, python=python), _argv())
+    options = GateOptions(config=config, cwd=Path.cwd(), target=target, device=device, python=python, ssh=ssh)
+    report = gate(options, _argv())
     code = emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose)
     write_extra_outputs(report, junit=junit, sarif=sarif)
     github.publish(report, os.environ)
@@ -260,12 +272,13 @@ def gate_command(
 @app.command("env")
 def env_command(
     python: PythonOpt = None,
+    ssh: SshOpt = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Versions, GPUs, cache roots, the TORCH*/TRITON*/FLA*/CUDA*/NCCL* knobs set, and known hazards."""
-    report = env(EnvOptions(python=python), _argv())
+    report = env(EnvOptions(python=python, ssh=ssh), _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
 
 

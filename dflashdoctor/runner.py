@@ -22,6 +22,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.remote import SshTarget, run_remote
+
 _STACK_DUMP_GRACE_S = 2.0
 _TAIL_CHARS = 6000
 
@@ -94,9 +96,36 @@ def _env() -> dict[str, str]:
 
 
 def run_probe(
-    probe: str, config: dict[str, Any], *, python: str, timeout_s: float, env: dict[str, str] | None = None
+    probe: str,
+    config: dict[str, Any],
+    *,
+    python: str,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    ssh: SshTarget | None = None,
 ) -> ProbeRun:
-    """Run one probe to its end or its timeout; `env` is set in the child's environment on top of ours."""
+    """Run one probe to its end or its timeout; `env` is set in the child's environment on top of ours.
+    With `ssh`, the probe runs on that machine instead (remote.py)."""
+    if ssh is not None:
+        remote = run_remote(
+            ssh,
+            probe,
+            config,
+            python=python,
+            package=package_root() / "dflashdoctor",
+            probes=probes_dir(),
+            timeout_s=timeout_s,
+            env=env or {},
+        )
+        return ProbeRun(
+            probe=probe,
+            duration_s=remote.duration_s,
+            returncode=remote.returncode,
+            timed_out=remote.timed_out,
+            payload=remote.payload,
+            stderr_tail=remote.stderr_tail,
+            argv=remote.argv,
+        )
     script = probes_dir() / f"{probe.replace('-', '_')}.py"  # probe "check-compile" is check_compile.py
     with tempfile.TemporaryDirectory(prefix="dflashdoctor-") as tmp:
         work = Path(tmp)

@@ -12,6 +12,7 @@ from typing import Any
 from dflashdoctor import __version__
 from dflashdoctor.codes import finding
 from dflashdoctor.errors import BadInput
+from dflashdoctor.remote import SshTarget
 from dflashdoctor.report import ProbeResult, Report
 from dflashdoctor.runner import ProbeRun, resolve_python, run_probe
 
@@ -83,8 +84,11 @@ def probe_error_result(run: ProbeRun, payload: dict[str, Any]) -> ProbeResult:
     return result
 
 
-def probe_python(python: str | None) -> str:
-    """The interpreter to probe with, or BadInput naming the one that is missing."""
+def probe_python(python: str | None, ssh: str | None = None) -> str:
+    """The interpreter to probe with, or BadInput naming the one that is missing. On another machine
+    (`ssh`) it is that machine's `python3` unless named, and is not looked for here."""
+    if ssh is not None:
+        return python or "python3"
     try:
         return resolve_python(python)
     except ValueError as exc:
@@ -100,13 +104,17 @@ def probe_into_report(
     timeout_s: float,
     judge: Callable[[dict[str, Any]], ProbeResult],
     env: dict[str, str] | None = None,
+    ssh: str | None = None,
 ) -> dict[str, Any] | None:
     """Run one probe and append its judged result (or its crash) to the report.
 
     The probed interpreter's versions and device go into the report's environment. Returns the
     probe's observations when it finished.
     """
-    run = run_probe(probe, config, python=python, timeout_s=timeout_s, env=env)
+    target = SshTarget.parse(ssh) if ssh is not None else None
+    run = run_probe(probe, config, python=python, timeout_s=timeout_s, env=env, ssh=target)
+    if target is not None:
+        report.environment["probed_host"] = ssh
     payload = probe_payload(run)
     if payload is None:
         report.results.append(crash_result(run))

@@ -23,6 +23,7 @@ class CheckCompileOptions:
     vary: int = 10
     max_recompiles: int = 2
     python: str | None = None
+    ssh: str | None = None  # [user@]host[:port]: the probed side runs there
     timeout_s: float = 900.0
 
 
@@ -58,7 +59,7 @@ def probe_config(options: CheckCompileOptions) -> dict[str, Any]:
 
 def check_compile(options: CheckCompileOptions, argv: list[str]) -> Report:
     validate(options)
-    python = probe_python(options.python)
+    python = probe_python(options.python, options.ssh)
     started = time.monotonic()
     report = new_report("check-compile", argv)
     report.environment.update(target=options.target, requested_device=options.device)
@@ -70,6 +71,7 @@ def check_compile(options: CheckCompileOptions, argv: list[str]) -> Report:
         python=python,
         timeout_s=options.timeout_s,
         judge=lambda observations: judge(observations, budgets),
+        ssh=options.ssh,
     )
     if payload is not None:
         report.results[-1].measurements.update(shape=payload["shape"], mask=payload["mask"])

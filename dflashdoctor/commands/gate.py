@@ -20,7 +20,7 @@ from dflashdoctor.commands.race import RaceOptions, race
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
 from dflashdoctor.gate.config import GateConfig, load_config
 from dflashdoctor.gate.verdicts import apply_budgets, judge_race_for_pipeline
-from dflashdoctor.report import Report
+from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.session import finish, new_report
 
 
@@ -31,19 +31,23 @@ class GateOptions:
     target: str | None = None  # overrides the configuration
     device: str | None = None
     python: str | None = None
+    ssh: str | None = None  # [user@]host[:port]: the probed side runs there
 
 
-def _probe(name: str, config: GateConfig, python: str | None) -> Report:
+def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -> Report:
     """One probe's own report, run as its command would run it."""
     argv = ["dflashdoctor", "gate", name]
+    if name == "cache" and ssh is not None:
+        return _not_here(argv, "cache check reads files on this machine; run `dflashdoctor cache check` there")
     runners: dict[str, Callable[[], Report]] = {
-        "env": lambda: env(EnvOptions(python=python), argv),
+        "env": lambda: env(EnvOptions(python=python, ssh=ssh), argv),
         "check-compile": lambda: check_compile(
             CheckCompileOptions(
                 target=config.target,
                 device=config.device,
                 max_recompiles=config.max_recompiles,
                 python=python,
+                ssh=ssh,
                 timeout_s=config.timeout,
             ),
             argv,
@@ -55,11 +59,12 @@ def _probe(name: str, config: GateConfig, python: str | None) -> Report:
                 expect_wrapper=config.expect_wrapper,
                 device=config.device,
                 python=python,
+                ssh=ssh,
                 timeout_s=config.timeout,
             ),
             argv,
         ),
-        "race": lambda: race(RaceOptions(python=python, timeout_s=config.timeout), argv),
+        "race": lambda: race(RaceOptions(python=python, ssh=ssh, timeout_s=config.timeout), argv),
         "cache": lambda: cache(
             CacheOptions(
                 "check",
@@ -72,6 +77,12 @@ def _probe(name: str, config: GateConfig, python: str | None) -> Report:
     return runners[name]()
 
 
+def _not_here(argv: list[str], why: str) -> Report:
+    report = new_report("gate", argv)
+    report.results.append(ProbeResult(probe="cache", status="skipped", checks=[Check("cache", "skip", why)]))
+    return report
+
+
 def gate(options: GateOptions, argv: list[str]) -> Report:
     config, source = load_config(options.config, options.cwd)
     if options.target:
@@ -82,7 +93,7 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
     report = new_report("gate", argv)
     report.environment.update(target=config.target, gate_config=source)
     with ThreadPoolExecutor(max_workers=len(config.probes) if config.parallel else 1) as pool:
-        reports = list(pool.map(lambda name: _probe(name, config, options.python), config.probes))
+        reports = list(pool.map(lambda name: _probe(name, config, options.python, options.ssh), config.probes))
     for name, sub in zip(config.probes, reports, strict=True):
         for result in sub.results:
             if name == "race":

@@ -26,6 +26,7 @@ class RaceOptions:
     seed: int = 0
     processes: int = 0
     python: str | None = None
+    ssh: str | None = None  # [user@]host[:port]: the probed side runs there
     timeout_s: float = 600.0
     binaries_dir: Path | None = None  # compiled kernels kept across runs; tuning stays cold regardless
 
@@ -62,7 +63,7 @@ def probe_config(options: RaceOptions) -> dict[str, Any]:
 
 def race(options: RaceOptions, argv: list[str]) -> Report:
     validate(options)
-    python = probe_python(options.python)
+    python = probe_python(options.python, options.ssh)
     started = time.monotonic()
     report = new_report("race", argv)
     report.environment.update(target=f"{options.kernel} kernel, {options.threads} threads, fix {options.fix}")
@@ -76,5 +77,6 @@ def race(options: RaceOptions, argv: list[str]) -> Report:
         # The stub kernel runs in triton's interpreter, which `triton.jit` picks at import time; real
         # kernels run in child processes that set it only where there is no GPU.
         env={"TRITON_INTERPRET": "1"} if options.kernel == "stub" else {},
+        ssh=options.ssh,
     )
     return finish(report, started)

@@ -33,6 +33,7 @@ class TraceAttentionOptions:
     steps: int = 1
     seq_len: int = 256
     python: str | None = None
+    ssh: str | None = None  # [user@]host[:port]: the probed side runs there
     timeout_s: float = 900.0
 
 
@@ -78,7 +79,7 @@ def trace_attention(options: TraceAttentionOptions, argv: list[str]) -> Report:
     if options.model is None and options.script is None and not options.drafter:
         options = replace(options, model=DEFAULT_MODEL)
     validate(options)
-    python = probe_python(options.python)
+    python = probe_python(options.python, options.ssh)
     started = time.monotonic()
     report = new_report("trace-attention", argv)
     traced = [f"model {options.model}"] if options.model else []
@@ -86,6 +87,12 @@ def trace_attention(options: TraceAttentionOptions, argv: list[str]) -> Report:
     traced += [f"script {options.script}"] if options.script else []
     report.environment.update(target=" + ".join(traced), requested_device=options.device)
     probe_into_report(
-        report, "trace-attention", probe_config(options), python=python, timeout_s=options.timeout_s, judge=judge
+        report,
+        "trace-attention",
+        probe_config(options),
+        python=python,
+        timeout_s=options.timeout_s,
+        judge=judge,
+        ssh=options.ssh,
     )
     return finish(report, started)

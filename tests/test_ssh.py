@@ -1,0 +1,122 @@
+"""`--ssh` against a real sshd the test starts on loopback: the probed side runs over ssh with the
+probe code shipped along, arguments cannot inject shell code, and failures are one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import run_cli
+
+SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+pytestmark = pytest.mark.skipif(SSHD is None or shutil.which("ssh") is None, reason="needs sshd and ssh")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    """A key-only sshd on 127.0.0.1 for the current user; yields (destination, ssh options)."""
+    home = tmp_path_factory.mktemp("sshd")
+    for key in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(home / key)], check=True)
+    shutil.copy(home / "client_key.pub", home / "authorized_keys")
+    port = _free_port()
+    (home / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {home / 'host_key'}\n"
+        f"AuthorizedKeysFile {home / 'authorized_keys'}\nPidFile {home / 'sshd.pid'}\nStrictModes no\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
+        "PermitRootLogin prohibit-password\nUsePAM no\n"
+    )
+    if os.geteuid() == 0:
+        os.makedirs("/run/sshd", exist_ok=True)
+    server = subprocess.Popen([SSHD, "-D", "-e", "-f", str(home / "sshd_config")], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        if server.poll() is not None:
+            pytest.skip(f"sshd did not start: {server.stderr.read().decode()[-500:]}")
+        time.sleep(0.1)
+    options = (
+        f"-F /dev/null -i {home / 'client_key'} -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new "
+        f"-o UserKnownHostsFile={home / 'known_hosts'}"
+    )
+    user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    yield f"{user}@127.0.0.1:{port}", options
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def _env(options: str, **extra: str) -> dict[str, str]:
+    return {"DFLASHDOCTOR_SSH_OPTIONS": options, **extra}
+
+
+def test_env_runs_on_the_other_side(tmp_path, sshd):
+    destination, options = sshd
+    # A variable set only here: the remote side (a fresh ssh session) must not see it.
+    run = run_cli(
+        tmp_path, "env", "--ssh", destination, "--python", sys.executable, env=_env(options, TORCH_ONLY_HERE="1")
+    )
+    assert run.code == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    (result,) = run.report["results"]
+    assert result["measurements"]["executable"] == sys.executable
+    assert "TORCH_ONLY_HERE" not in result["measurements"]["variables"]
+    assert run.report["environment"]["probed_host"] == destination
+    (tmp_path / "local").mkdir()
+    local = run_cli(tmp_path / "local", "env", env={"TORCH_ONLY_HERE": "1"})
+    assert local.report["results"][0]["measurements"]["variables"]["TORCH_ONLY_HERE"] == "1"
+
+
+def test_arguments_cannot_inject_shell_code(tmp_path, sshd):
+    destination, options = sshd
+    witness = tmp_path / "injected"
+    hostile_python = f"python3; touch {witness}"
+    run = run_cli(tmp_path, "env", "--ssh", destination, "--python", hostile_python, env=_env(options))
+    assert run.code == 3  # no such interpreter there: the probe could not start
+    hostile_target = f"x$(touch {witness}):attr"
+    run = run_cli(
+        tmp_path, "check-compile", hostile_target, "--ssh", destination, "--python", sys.executable, env=_env(options)
+    )
+    assert run.code == 2
+    assert not witness.exists()
+
+
+def test_gate_over_ssh_skips_what_only_runs_here(tmp_path, sshd):
+    destination, options = sshd
+    (tmp_path / "dflashdoctor.toml").write_text('probes = ["env", "check-compile", "cache"]\n')
+    run = run_cli(tmp_path, "gate", "--ssh", destination, "--python", sys.executable, env=_env(options))
+    assert run.code == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    statuses = {r["probe"]: r["status"] for r in run.report["results"]}
+    assert statuses == {"env": "pass", "check-compile": "pass", "cache": "skipped"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("-oProxyCommand=touch", "dflashdoctor: --ssh '-oProxyCommand=touch': expected [user@]host[:port]"),
+        ("host:99999", "dflashdoctor: --ssh 'host:99999': port 99999 is out of range"),
+    ],
+)
+def test_bad_ssh_spec_is_one_line_and_exit_2(tmp_path, spec, message):
+    run = run_cli(tmp_path, "env", "--ssh", spec)
+    assert run.code == 2 and run.stderr.strip() == message
+
+
+def test_unreachable_host_is_one_line_and_exit_2(tmp_path, sshd):
+    _, options = sshd
+    run = run_cli(tmp_path, "env", "--ssh", f"127.0.0.1:{_free_port()}", env=_env(options))
+    assert run.code == 2
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("dflashdoctor: --ssh 127.0.0.1: ") and "refused" in line
