@@ -81,9 +81,14 @@ class ProcessAgent:
             return None
 
     def _torch_imported(self, module: Any) -> None:
-        from dflashdoctor.agent.torch_instruments import TorchInstruments
+        """Runs inside the program's `import torch`: nothing here may raise into it."""
 
-        self.torch = self.safely("torch instrumentation", lambda: TorchInstruments(self).install())
+        def install() -> Any:
+            from dflashdoctor.agent.torch_instruments import TorchInstruments
+
+            return TorchInstruments(self).install()
+
+        self.torch = self.safely("torch instrumentation", install)
 
     def _chain_excepthooks(self) -> None:
         previous, previous_thread = sys.excepthook, threading.excepthook
