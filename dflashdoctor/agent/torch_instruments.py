@@ -109,9 +109,9 @@ class TorchInstruments:
 
     def _on_cuda_init(self) -> None:
         """Out-of-memory forensics need the allocator, which exists once CUDA initialises: queue
-        the hooks for then instead of initialising CUDA in every process (a forked worker could not)."""
-        if not torch.cuda.is_available():
-            return
+        the hooks for then instead of initialising CUDA in every process (a forked worker could not;
+        even asking whether CUDA is available would touch the driver). A process that never uses
+        CUDA never runs them."""
         lazy_call = getattr(torch.cuda, "_lazy_call", None)
         if lazy_call is None:
             self.unavailable.append("torch.cuda._lazy_call is missing: no out-of-memory observer")
@@ -175,7 +175,7 @@ class TorchInstruments:
             self.snapshot("step")
 
     def _memory(self) -> dict[str, Any]:
-        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        if not torch.cuda.is_initialized():
             return {}
         return {
             f"cuda:{d}": {
@@ -234,7 +234,7 @@ class TorchInstruments:
         guard = self.guard
         transformers = sys.modules.get("transformers")
         return {
-            "device": "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu",
+            "device": "cuda" if torch.cuda.is_initialized() else "cpu",
             "torch": torch.__version__,
             "python": sys.version.split()[0],
             "transformers": getattr(transformers, "__version__", None),
