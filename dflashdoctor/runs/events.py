@@ -61,14 +61,15 @@ def read_logs(events: Path) -> list[ProcessLog]:
     is counted and skipped."""
     logs: dict[int, ProcessLog] = {}
     for path in sorted(events.glob("*.jsonl")):
+        file_pid = _pid_of(path)
         with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 try:
                     record = json.loads(line)
                     pid = int(record["pid"])
                 except (ValueError, KeyError, TypeError):
-                    if line.strip():
-                        next(iter(logs.values()), ProcessLog(0)).damaged_lines += 1
+                    if line.strip() and file_pid is not None:
+                        logs.setdefault(file_pid, ProcessLog(file_pid)).damaged_lines += 1
                     continue
                 logs.setdefault(pid, ProcessLog(pid)).add(record)
     rank_parents = {log.start.get("ppid") for log in logs.values() if log.rank is not None}
@@ -77,12 +78,22 @@ def read_logs(events: Path) -> list[ProcessLog]:
     return sorted(logs.values(), key=lambda log: (log.rank is None, log.rank or 0, log.pid))
 
 
+def _pid_of(path: Path) -> int | None:
+    """Event files are `<host>-<pid>.jsonl`."""
+    try:
+        return int(path.stem.rsplit("-", 1)[1])
+    except (ValueError, IndexError):
+        return None
+
+
 def last_activity(events: Path) -> dict[int, float]:
     """pid -> modification time of its events file: any event, progress included, moves it."""
     out = {}
     for path in events.glob("*.jsonl"):
+        pid = _pid_of(path)
         try:
-            out[int(path.stem.rsplit("-", 1)[1])] = path.stat().st_mtime
-        except (ValueError, IndexError, OSError):
+            if pid is not None:
+                out[pid] = path.stat().st_mtime
+        except OSError:
             continue
     return out
