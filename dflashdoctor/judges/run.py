@@ -255,6 +255,7 @@ class ProcessJudge(Judge):
             "peak_bytes_by_step": peaks[-_STEPS_KEPT:],
             "peak_bytes": max(peaks, default=None),
             "dense_kernels": len(self.obs.get("dense_events") or []),
+            "damaged_event_lines": self.log.damaged_lines,  # a process killed mid-write leaves one
         }
 
 
