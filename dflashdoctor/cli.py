@@ -231,6 +231,8 @@ def run_command(
 
     Usage: dflashdoctor run [OPTIONS] -- COMMAND ARGS...
     """
+    if "--" not in sys.argv:  # without it the command's own options (--steps, --json) would be taken as ours
+        raise BadInput("put the command after --, e.g. dflashdoctor run -- python train.py")
     directory = report_dir or default_report_dir("run")
     options = RunOptions(
         command=list(ctx.args),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from dflashdoctor.errors import BadInput
 from dflashdoctor.render import write_report_dir
 from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.sarif import render_sarif
@@ -35,6 +36,10 @@ def emit(report: Report, *, json_output: bool, report_dir: Path | None, verbose:
 def write_extra_outputs(report: Report, *, junit: Path | None, sarif: Path | None) -> None:
     """Copies CI asks for at paths of its own (the report directory has every format already)."""
     for path, render in ((junit, render_junit), (sarif, render_sarif)):
-        if path is not None:
+        if path is None:
+            continue
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(render(report), encoding="utf-8")
+        except OSError as exc:  # the report directory is written already; say which copy failed
+            raise BadInput(f"cannot write {path}: {exc.strerror}") from None

@@ -44,7 +44,7 @@ def elf_bytes(payload: int = 2048) -> bytes:
     )
 
 
-_ELF = elf_bytes()
+ELF = elf_bytes()  # a whole, valid ELF image, for binaries of any name
 
 
 def key_for(seed: str) -> tuple[str, str]:
@@ -63,7 +63,7 @@ def write_kernel(root: Path, seed: str, name: str = "add_kernel", version: str =
         path.write_text(f"// {part} of {name} ({seed})\nmodule {{\n  tt.func @{name}() {{ tt.return }}\n}}\n")
         children[path.name] = str(path)
     binary = folder / f"{name}.cubin"
-    binary.write_bytes(_ELF)
+    binary.write_bytes(ELF)
     children[binary.name] = str(binary)
     metadata = folder / f"{name}.json"
     metadata.write_text(json.dumps({"hash": digest, "name": name, "num_warps": 4, "triton_version": version}))
@@ -87,7 +87,7 @@ def write_extension_module(root: Path, module: str) -> Path:
     _, key = key_for("module-" + module)
     folder = root / key
     folder.mkdir(parents=True)
-    (folder / f"{module}.cpython-311-x86_64-linux-gnu.so").write_bytes(_ELF)
+    (folder / f"{module}.cpython-311-x86_64-linux-gnu.so").write_bytes(ELF)
     return folder
 
 
@@ -151,7 +151,7 @@ def group_outside(folder: Path) -> Path:
 def stray_tmp(folder: Path) -> Path:
     tmp = folder / "tmp.pid_999999999_0f3c7a1e-0000-4000-8000-000000000000"
     tmp.mkdir()
-    (tmp / "kernel.cubin").write_bytes(_ELF[:100])
+    (tmp / "kernel.cubin").write_bytes(ELF[:100])
     return tmp
 
 

@@ -302,3 +302,20 @@ def test_restore_of_a_folder_without_manifest_exits_2(tmp_path):
     run = check(tmp_path, "restore", str(tmp_path))
     assert run.code == 2
     assert run.stderr.strip() == f"dflashdoctor: {tmp_path} is not a quarantine folder (no manifest.json in it)"
+
+
+def test_driver_modules_of_older_triton_are_healthy_and_a_lone_kernel_binary_is_not(tmp_path):
+    """triton before 3.3 names its driver modules without an interpreter tag (`cuda_utils.so`); a
+    kernel's own `.so` with no group file is still an interrupted compile."""
+    root = tmp_path / "triton"
+    cache_tree.healthy_tree(root, 2)
+    for module in ("__triton_launcher", "cuda_utils"):
+        _, key = cache_tree.key_for("untagged-" + module)
+        (root / key).mkdir()
+        (root / key / f"{module}.so").write_bytes(cache_tree.ELF)
+    _, key = cache_tree.key_for("lone-kernel")
+    (root / key).mkdir()
+    (root / key / "kernel_0.so").write_bytes(cache_tree.ELF)
+    run = check(tmp_path, "check", "--triton-dir", str(root))
+    assert [f["evidence"]["entry"] for f in run.findings("cache-incomplete-entry")] == [str(root / key)]
+    assert not run.findings("cache-corrupt-entry")

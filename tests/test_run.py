@@ -117,7 +117,9 @@ def test_strict_makes_a_dense_flex_kernel_raise(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((), "dflashdoctor: nothing to run: put the command after --, e.g. dflashdoctor run -- python train.py"),
+        ((), "dflashdoctor: put the command after --, e.g. dflashdoctor run -- python train.py"),
+        (("python", "-c", "pass"), "dflashdoctor: put the command after --, e.g. dflashdoctor run -- python train.py"),
+        (("--",), "dflashdoctor: nothing to run: put the command after --, e.g. dflashdoctor run -- python train.py"),
         (("--", "no-such-program-here"), "dflashdoctor: command not found: no-such-program-here"),
         (("--steps", "0", "--", "python", "-c", "pass"), "dflashdoctor: --steps must be at least 1"),
     ],

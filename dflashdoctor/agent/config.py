@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass
 EVENTS_DIR = "DFLASHDOCTOR_RUN_EVENTS"
 SETTINGS = "DFLASHDOCTOR_RUN_SETTINGS"
 VERSION = "DFLASHDOCTOR_RUN_VERSION"  # the bootstrap loads an agent of exactly this version
+# Snapshots taken as a process ends: they hold everything, so nothing logged before them is added.
+FINAL_SNAPSHOTS = ("exit", "exception", "steps-limit", "terminated", "oom")
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # as imported (maybe via a link)
 # faulthandler dumps every thread's stack on this signal when py-spy is not there; a real-time
 # signal, which no training framework claims.
 STACK_SIGNAL = signal.SIGRTMIN + 7 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2

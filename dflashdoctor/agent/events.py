@@ -22,7 +22,8 @@ class EventLog:
     def __init__(self, folder: str) -> None:
         self.folder = folder
         self.failures = 0
-        self._lock = threading.Lock()
+        # Re-entrant: the SIGTERM handler writes from the main thread, which may be inside a write.
+        self._lock = threading.RLock()
         self._pid = -1
         self._file: Any = None
         self.rank = rank_of(os.environ)
@@ -32,7 +33,7 @@ class EventLog:
         pid = os.getpid()
         if pid != self._pid:
             self._pid = pid
-            self._lock = threading.Lock()
+            self._lock = threading.RLock()
             path = os.path.join(self.folder, f"{socket.gethostname()}-{pid}.jsonl")
             self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115  (kept open for the process)
         return self._file

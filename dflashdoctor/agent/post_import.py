@@ -18,8 +18,8 @@ Callback = Callable[[ModuleType], None]
 
 
 class _AfterExec(importlib.abc.Loader):
-    def __init__(self, loader: Any, callback: Callback) -> None:
-        self.loader, self.callback = loader, callback
+    def __init__(self, loader: Any, name: str) -> None:
+        self.loader, self.name = loader, name
 
     def create_module(self, spec: Any) -> ModuleType | None:
         return self.loader.create_module(spec)
@@ -29,7 +29,9 @@ class _AfterExec(importlib.abc.Loader):
         module.__loader__ = self.loader  # leave the module as if we were never there
         if module.__spec__ is not None:
             module.__spec__.loader = self.loader
-        self.callback(module)
+        callback = _watcher.take(self.name)  # once: a spec asked for twice still runs it once
+        if callback is not None:
+            callback(module)
 
     def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
         return getattr(self.loader, name)
@@ -40,8 +42,9 @@ class _Watcher(importlib.abc.MetaPathFinder):
         self.callbacks: dict[str, Callback] = {}
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        callback = self.callbacks.pop(name, None)
-        if callback is None:
+        """The callback stays until the module really executes: libraries ask for torch's spec
+        (`importlib.util.find_spec("torch")`) long before they import it."""
+        if name not in self.callbacks:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -49,9 +52,15 @@ class _Watcher(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(name, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _AfterExec(spec.loader, callback)
+                    spec.loader = _AfterExec(spec.loader, name)
                 return spec
         return None
+
+    def take(self, name: str) -> Callback | None:
+        callback = self.callbacks.pop(name, None)
+        if not self.callbacks and self in sys.meta_path:  # nothing left to watch: out of the way
+            sys.meta_path.remove(self)
+        return callback
 
 
 _watcher = _Watcher()

@@ -22,7 +22,7 @@ import traceback
 from types import FrameType, TracebackType
 from typing import Any
 
-from dflashdoctor.agent.config import EVENTS_DIR, STACK_SIGNAL, RunSettings
+from dflashdoctor.agent.config import EVENTS_DIR, PACKAGE_DIR, STACK_SIGNAL, RunSettings
 from dflashdoctor.agent.events import RANK_VARIABLES, EventLog
 from dflashdoctor.agent.post_import import when_imported
 
@@ -32,19 +32,22 @@ _TRACEBACK_CHARS = 6000
 
 
 # The instrumentation's own frames (the autotuner guard wraps triton's run) are never the user's either.
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_INSTRUMENTATION = (os.path.join(_PACKAGE_DIR, "agent"), os.path.join(_PACKAGE_DIR, "hooks"))
+_INSTRUMENTATION = (os.path.join(PACKAGE_DIR, "agent"), os.path.join(PACKAGE_DIR, "hooks"))
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", sysconfig.get_paths()["stdlib"], *_INSTRUMENTATION)
 
 
-def _is_user_file(filename: str) -> bool:
+def is_user_file(filename: str) -> bool:
     """Not installed libraries, not the standard library, not generated code."""
     return not filename.startswith("<") and not any(marker in filename for marker in _LIBRARY_MARKERS)
 
 
-def _stack_key(frames: dict[int, FrameType]) -> tuple[Any, ...]:
-    """What changes when any thread runs Python: each thread's innermost code object and line."""
-    return tuple(sorted((ident, id(f.f_code), f.f_lineno) for ident, f in frames.items()))
+def _stack_key(sampler: int) -> tuple[tuple[Any, ...], int]:
+    """What changes when any thread runs Python: each thread's innermost code object and line. The
+    frames are let go here: a frame kept alive keeps its locals (activations) alive with it."""
+    frames = sys._current_frames()
+    frames.pop(sampler, None)
+    key = tuple(sorted((ident, id(f.f_code), f.f_lineno) for ident, f in frames.items()))
+    return key, len(frames)
 
 
 class ProcessAgent:
@@ -108,7 +111,7 @@ class ProcessAgent:
     def record_exception(self, exc: BaseException, tb: TracebackType | None, thread: str) -> None:
         frames = traceback.extract_tb(tb)
         raised = frames[-1] if frames else None
-        last = next((f for f in reversed(frames) if _is_user_file(f.filename)), raised)
+        last = next((f for f in reversed(frames) if is_user_file(f.filename)), raised)
         module = self.torch.module_of(tb) if self.torch is not None else None
         oom = type(exc).__name__ == "OutOfMemoryError"
         self.log.write(
@@ -156,12 +159,10 @@ class ProcessAgent:
         while True:
             time.sleep(_SAMPLE_S)
             try:
-                frames = sys._current_frames()
-                frames.pop(threading.get_ident(), None)
-                key = _stack_key(frames)
+                key, threads = _stack_key(threading.get_ident())  # holds no frame past this line
                 now = time.monotonic()
                 if key != last_key and now - last_sent >= _PROGRESS_EVERY_S:
-                    self.log.write("progress", threads=len(frames))
+                    self.log.write("progress", threads=threads)
                     last_sent = now
                 last_key = key
             except Exception:  # a sampler that fails only stops reporting progress
@@ -170,7 +171,7 @@ class ProcessAgent:
     def _at_exit(self) -> None:
         if self.torch is not None:
             self.safely("snapshot", self.torch.snapshot, self.ending)
-        self.log.write("exit", ending=self.ending)
+        self.log.write("exit", ending=self.ending, event_write_failures=self.log.failures)
 
 
 def start_from_environment() -> ProcessAgent | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dflashdoctor.agent.config import FINAL_SNAPSHOTS, PACKAGE_DIR
 from dflashdoctor.agent.post_import import when_imported
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch
 from dflashdoctor.hooks.flex_dense import DenseEvent, DenseFlexRecorder
@@ -28,11 +29,9 @@ if TYPE_CHECKING:
     from dflashdoctor.agent.process import ProcessAgent
     from dflashdoctor.hooks.flex_calls import FlexSite
 
-# Never name a frame of dflashdoctor itself as a call site (through the bootstrap's link, as imported).
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SNAPSHOT_EVERY_S = 10.0  # at most one snapshot this often while steps go on (and one at the end)
+_DENSE_LOGGED = 200  # dense kernel events logged one by one, and kept in a snapshot (the rest counted)
 _HISTORY_ENTRIES = 50_000  # allocations kept for the snapshot: the ones before an OOM are what matter
-_FINAL = ("exit", "exception", "steps-limit", "terminated", "oom")
 
 
 def _dynamo_disabled() -> bool:
@@ -52,41 +51,51 @@ class TorchInstruments:
         self.log = agent.log
         self.settings = agent.settings
         self.namer = ModuleNamer()
-        self.dense = DenseFlexRecorder(skip_files=(_PACKAGE_DIR,), on_event=self._dense_event)
+        # skip_files: never name a frame of dflashdoctor itself as a call site
+        self.dense = DenseFlexRecorder(skip_files=(PACKAGE_DIR,), on_event=self._dense_event, max_events=2000)
         self.flex: Any = None
         self.hf: Any = None
         self.guard: Any = None
         self.watch: DynamoWatch | None = None
         self.steps = 0
+        self.dense_seen = 0
         self.last_calls: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.settings.last_calls)
         self.oom: dict[str, Any] | None = None
         self.in_flight: dict[int, dict[str, Any]] = {}  # thread ident -> the flex call it is inside
         self.unavailable: list[str] = []
         self._last_snapshot = 0.0
-        self._snapshot_lock = threading.Lock()
+        self._snapshot_lock = threading.RLock()  # the SIGTERM handler may snapshot inside a snapshot
 
     def install(self) -> TorchInstruments:
+        """What every torch process gets at once is cheap; the recorders come with what they watch,
+        so a process that never uses flex_attention or dynamo (a compile worker, a data loader)
+        does not import them."""
         safely = self.agent.safely
-        self.dense.__enter__()
-        if self.dense.unavailable:
-            self.unavailable.append(self.dense.unavailable)
-        else:
-            safely("flex call recorder", self._record_flex_calls)
-        self.watch = safely("dynamo watch", DynamoWatch)
         safely("optimizer steps", self._count_steps)
         safely("cuda hooks", self._on_cuda_init)
-        if self.settings.strict:
-            safely("strict mode", self._strict)
+        when_imported("torch.nn.attention.flex_attention", lambda _m: safely("flex recorders", self._record_flex))
+        when_imported("torch._dynamo", lambda _m: safely("dynamo watch", self._watch_dynamo))
         when_imported("transformers.modeling_utils", lambda _m: safely("transformers recorder", self._record_hf))
         when_imported("triton.runtime.autotuner", lambda _m: safely("autotuner guard", self._guard_autotuners))
         self.log.write("instrumented", torch=torch.__version__, unavailable=self.unavailable)
         return self
 
     # -- what is installed -------------------------------------------------------------------
-    def _record_flex_calls(self) -> None:
+    def _record_flex(self) -> None:
+        """Runs as flex_attention's module finishes executing, before any `from ... import
+        flex_attention` binds the name: the binding gets the recording stand-in."""
+        self.dense.__enter__()
+        if self.dense.unavailable:
+            self.unavailable.append(self.dense.unavailable)
+            return
         from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 
         self.flex = FlexCallRecorder(self.dense, self.namer, on_call=self._flex_call).__enter__()
+
+    def _watch_dynamo(self) -> None:
+        self.watch = DynamoWatch()
+        if self.settings.strict:
+            self._strict()
 
     def _record_hf(self) -> None:
         from dflashdoctor.hooks.hf_attention import HFAttentionRecorder
@@ -136,7 +145,11 @@ class TorchInstruments:
 
     # -- what they report -------------------------------------------------------------------
     def _dense_event(self, event: DenseEvent) -> None:
-        self.log.write("dense", event=event.to_dict())
+        """Logged at once (a process killed later still names it), the first few hundred: a run that
+        is dense in every step would otherwise write a line per kernel for days."""
+        self.dense_seen += 1
+        if self.dense_seen <= _DENSE_LOGGED:
+            self.log.write("dense", event=event.to_dict())
         if self.settings.strict:
             site = event.site or {}
             raise StrictModeError(
@@ -169,22 +182,27 @@ class TorchInstruments:
         if limit is not None and self.steps >= limit:
             self.agent.ending = "steps-limit"
             self.snapshot("steps-limit")
-            self.log.write("exit", ending="steps-limit")
+            self.log.write("exit", ending="steps-limit", event_write_failures=self.log.failures)
+            for stream in (sys.stdout, sys.stderr):  # os._exit skips Python's own flush
+                stream.flush()
             os._exit(0)  # every thread stops here: the run asked for this many steps
         if time.monotonic() - self._last_snapshot >= _SNAPSHOT_EVERY_S:
             self.snapshot("step")
 
     def _memory(self) -> dict[str, Any]:
+        """Per device, from one allocator stats call each. `peak_bytes` is the allocator's running
+        peak (never reset here: the program may read its own peaks); the judge reads the growth."""
         if not torch.cuda.is_initialized():
             return {}
-        return {
-            f"cuda:{d}": {
-                "allocated_bytes": torch.cuda.memory_allocated(d),
-                "peak_bytes": torch.cuda.max_memory_allocated(d),
-                "reserved_bytes": torch.cuda.memory_reserved(d),
+        out = {}
+        for device in range(torch.cuda.device_count()):
+            stats = torch.cuda.memory_stats(device)
+            out[f"cuda:{device}"] = {
+                "allocated_bytes": stats.get("allocated_bytes.all.current", 0),
+                "peak_bytes": stats.get("allocated_bytes.all.peak", 0),
+                "reserved_bytes": stats.get("reserved_bytes.all.current", 0),
             }
-            for d in range(torch.cuda.device_count())
-        }
+        return out
 
     def _out_of_memory(self, device: int, alloc: int, device_total: int, device_free: int) -> None:
         """Called by the allocator at the failed allocation, before the exception unwinds anything."""
@@ -222,7 +240,7 @@ class TorchInstruments:
     def snapshot(self, reason: str) -> None:
         with self._snapshot_lock:
             self._last_snapshot = time.monotonic()
-            self.log.write("snapshot", reason=reason, observations=self._observations(final=reason in _FINAL))
+            self.log.write("snapshot", reason=reason, observations=self._observations(final=reason in FINAL_SNAPSHOTS))
 
     def _observations(self, *, final: bool) -> dict[str, Any]:
         if self.flex is not None and final:  # finding the names wrappers are bound to walks every module
@@ -249,7 +267,8 @@ class TorchInstruments:
             "compiles": list(watch.records) if watch is not None else [],
             "graph_breaks": dict(watch.graph_breaks) if watch is not None else {},
             "dynamo_disabled": _dynamo_disabled(),
-            "dense_events": [e.to_dict() for e in list(self.dense.events)],
+            "dense_events": [e.to_dict() for e in list(self.dense.events)[-_DENSE_LOGGED:]],
+            "dense_events_total": self.dense_seen,
             "hook_unavailable": self.dense.unavailable,
             "steps": self.steps,
             "memory": self._memory(),

@@ -26,7 +26,8 @@ KEY_FOLDER = re.compile(r"^[A-Z2-7]{52}$")
 TMP_FOLDER = re.compile(r"^tmp\.pid_(\d+)_")
 GROUP_PREFIX = "__grp__"
 AUTOTUNE_SUFFIX = ".autotune.json"
-EXTENSION_MODULE = re.compile(r"^\w+\.(cpython-[\w-]+|abi3)\.so$")
+# Tagged for the interpreter (triton 3.3 on), or, before, the driver's known module names untagged.
+EXTENSION_MODULE = re.compile(r"^(\w+\.(cpython-[\w-]+|abi3)|(__triton_launcher|cuda_utils|hip_utils))\.so$")
 
 
 def key_of(hash_hex: str) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from dflashdoctor.errors import BadInput
 from dflashdoctor.reference import DEFAULT_TARGET
+from dflashdoctor.shapes import DEVICES
 
 PROBES = ("env", "check-compile", "trace-attention", "race", "cache")
 
@@ -33,9 +34,16 @@ class GateConfig:
     parallel: bool = True  # run the probes at once; false for timings on an otherwise idle machine
 
     def validate(self) -> None:
-        unknown = [p for p in self.probes if p not in PROBES]
+        """Everything that can be checked before minutes of probing are spent."""
+        unknown = [p for p in self.probes if not isinstance(p, str) or p not in PROBES]
         if unknown:
             raise BadInput(f"unknown probe {unknown[0]!r} in probes; expected some of {', '.join(PROBES)}")
+        if not self.probes:
+            raise BadInput(f"probes is empty: name at least one of {', '.join(PROBES)}")
+        if self.device not in DEVICES:
+            raise BadInput(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
+        if self.timeout <= 0 or self.max_recompiles < 0 or self.max_graph_breaks < 0:
+            raise BadInput("timeout must be above 0, and max_recompiles and max_graph_breaks at least 0")
 
 
 _TYPES = {
@@ -84,7 +92,10 @@ def load_config(explicit: Path | None, cwd: Path) -> tuple[GateConfig, str]:
             continue
         data = _read(path)
         if path.name == "pyproject.toml" or "tool" in data:
-            table = data.get("tool", {}).get("dflashdoctor")
+            tool = data.get("tool", {})
+            table = tool.get("dflashdoctor") if isinstance(tool, dict) else None
+            if table is not None and not isinstance(table, dict):
+                raise BadInput(f"{path}: tool.dflashdoctor must be a table")
             if table is None:
                 if explicit is not None:
                     raise BadInput(f"{path} has no [tool.dflashdoctor] table")

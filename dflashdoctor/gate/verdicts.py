@@ -19,6 +19,12 @@ from dflashdoctor.report import Check, ProbeResult
 _RACE_ERRORS = ("autotuner-race", "concurrent-autotuner-entry")
 
 
+def _settle(result: ProbeResult) -> None:
+    """After findings were dropped: pass or fail again, but a crashed or skipped probe stays so."""
+    if result.status in ("pass", "fail"):
+        result.status = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
+
+
 def _over(result: ProbeResult, budget: str, measured: Any, limit: Any, what: str) -> None:
     result.findings.append(
         finding(
@@ -52,7 +58,7 @@ def apply_budgets(result: ProbeResult, config: GateConfig) -> None:
         for check in result.checks:
             if check.name == "backward" and check.status == "fail":
                 check.status, check.summary = "info", f"allowed (require_fused_backward = false): {check.summary}"
-        result.status = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
+        _settle(result)
 
 
 def judge_race_for_pipeline(result: ProbeResult, config: GateConfig) -> None:
@@ -74,4 +80,4 @@ def judge_race_for_pipeline(result: ProbeResult, config: GateConfig) -> None:
         if check.status == "fail" and set(check.codes) & set(_RACE_ERRORS):
             check.status, check.summary = "warn", f"installed triton is racy: {check.summary}"
     result.checks.append(Check("pipeline", "info", "threaded_autotuners = false: the race is reported as a warning"))
-    result.status = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
+    _settle(result)

@@ -168,13 +168,15 @@ class FlexCallRecorder:
                 )
             if self.on_call is not None:
                 self.on_call(site, True)
-            before = len(self.dense.events)
-            out = fn(query, key, value, *args, **kwargs)
+            before = self.dense.mark()
+            try:
+                out = fn(query, key, value, *args, **kwargs)
+            finally:
+                if self.on_call is not None:
+                    self.on_call(site, False)  # also when the call raised (a caught OOM, --strict)
             mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
             site.observe(query, key, mask, training=bool(query.requires_grad), dense=self.dense.events_since(before))
             self.dense.watch_backward(out, site)
-            if self.on_call is not None:
-                self.on_call(site, False)
             return out
 
         self._wrappers[id(recording_flex)] = recording_flex

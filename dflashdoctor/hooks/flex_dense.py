@@ -109,15 +109,19 @@ class DenseFlexRecorder:
         skip_files: tuple[str, ...] = (),
         measure_memory: bool = False,
         on_event: Callable[[DenseEvent], None] | None = None,
+        max_events: int | None = None,
     ) -> None:
         """`skip_files`: harness files (a probe) that should never be named as the call site.
 
         `measure_memory` resets the CUDA allocator's peak around each dense kernel to measure what
         the kernel added: right for a probe's own process, wrong for a user's run that reads its own
         peaks, so it is off by default. `on_event` sees each event before its kernel runs (`run`
-        logs it at once, and under --strict raises instead of running the kernel).
+        logs it at once, and under --strict raises instead of running the kernel). `max_events`
+        bounds the list for long runs: past it, the older half is dropped (counted in `dropped`).
         """
         self.on_event = on_event
+        self.max_events = max_events
+        self.dropped = 0
         self.events: list[DenseEvent] = []
         self.phase = ""
         self.unavailable: str | None = None
@@ -176,11 +180,15 @@ class DenseFlexRecorder:
             hop.py_kernels[key] = original
             hop._dispatch_cache.clear()
 
+    def mark(self) -> int:
+        """A position in the stream of events, for `events_since` (stable when old events are dropped)."""
+        return self.dropped + len(self.events)
+
     def events_since(self, before: int) -> list[DenseEvent]:
-        """This thread's events after index `before`: other threads (data-parallel pairs in a thread
-        pool) append their own kernels to the same list meanwhile."""
+        """This thread's events after `before` (a `mark()`): other threads (data-parallel pairs in a
+        thread pool) append their own kernels to the same list meanwhile."""
         me = threading.current_thread().name
-        return [event for event in self.events[before:] if event.thread == me]
+        return [event for event in self.events[max(0, before - self.dropped) :] if event.thread == me]
 
     def watch_backward(self, output: Any, owner: BackwardOwner) -> None:
         """Charge the dense backward kernel of the call that produced `output` to `owner`.
@@ -236,6 +244,10 @@ class DenseFlexRecorder:
             thread=threading.current_thread().name,
         )
         self.events.append(event)
+        if self.max_events is not None and len(self.events) > self.max_events:
+            half = len(self.events) // 2
+            del self.events[:half]
+            self.dropped += half
         return event
 
     def _charge_backward(self, event: DenseEvent) -> None:

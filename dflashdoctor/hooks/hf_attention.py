@@ -142,7 +142,7 @@ class HFAttentionRecorder:
                 if comptime is not None:
                     comptime(note_traced_call)
                 return fn(module, query, key, value, attention_mask, *args, **kwargs)
-            before = len(self.dense.events)
+            before = self.dense.mark()
             result = fn(module, query, key, value, attention_mask, *args, **kwargs)
             self._via_interface.add(id(module))
             site = self._site(module, impl)

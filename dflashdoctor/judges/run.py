@@ -10,9 +10,10 @@ and pid in the evidence.
 from __future__ import annotations
 
 import signal
-import sysconfig
 from typing import Any
 
+from dflashdoctor.agent.config import FINAL_SNAPSHOTS
+from dflashdoctor.agent.process import is_user_file
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, frame_where, size_text
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
@@ -20,15 +21,20 @@ from dflashdoctor.report import ProbeResult, Where
 from dflashdoctor.runs.events import ProcessLog
 from dflashdoctor.runs.watch import Outcome
 
-_FINAL = ("exit", "exception", "steps-limit", "terminated", "oom")
 _AGENT_THREAD = "dflashdoctor-sampler"
-_STDLIB = sysconfig.get_paths()["stdlib"]
 _STEPS_KEPT = 200
 
 
 def _user_frame(frames: list[str]) -> str | None:
-    """The innermost frame outside the standard library (frames innermost last)."""
-    return next((f for f in reversed(frames) if not f.startswith(_STDLIB)), frames[-1] if frames else None)
+    """The innermost frame of the user's code, as the agent decides it for exceptions (frames
+    `file:line in function`, innermost last); else the innermost."""
+    mine = (f for f in reversed(frames) if is_user_file(f.rsplit(" in ", 1)[0].rsplit(":", 1)[0]))
+    return next(mine, frames[-1] if frames else None)
+
+
+def _first_line(text: str) -> str:
+    """An exception's message may be empty (a bare `assert`, `raise ValueError()`)."""
+    return (text.strip().splitlines() or ["(no message)"])[0]
 
 
 def _launch_frame(frames: list[str]) -> str | None:
@@ -44,15 +50,16 @@ def _observations(log: ProcessLog) -> dict[str, Any]:
     if snapshot is None:
         return {"dense_events": list(log.dense), "traced_script": None}
     obs = dict(snapshot["observations"])
-    if snapshot.get("reason") not in _FINAL:
+    if snapshot.get("reason") not in FINAL_SNAPSHOTS:
         obs["dense_events"] = [*obs.get("dense_events", []), *(e for e in log.dense if e["t"] > snapshot["t"])]
     return obs
 
 
 class ProcessJudge(Judge):
-    def __init__(self, log: ProcessLog, hang_stacks: dict[str, Any] | None) -> None:
+    def __init__(self, log: ProcessLog, hang_stacks: dict[str, Any] | None, stopped: bool) -> None:
         super().__init__(log.label)
         self.log = log
+        self.stopped = stopped
         self.hang_stacks = hang_stacks
         self.obs = _observations(log)
 
@@ -102,14 +109,14 @@ class ProcessJudge(Judge):
         seen = set()
         for exc in self.log.exceptions:
             key = (exc["type"], exc["message"], str(exc.get("where")))
-            if key in seen or exc.get("oom"):
-                continue
+            if key in seen or exc.get("oom") or (exc["type"] == "KeyboardInterrupt" and self.stopped):
+                continue  # a KeyboardInterrupt of a run the doctor stopped is the stop itself
             seen.add(key)
             module = f" in {exc['module']}" if exc.get("module") else ""
             self.findings.append(
                 finding(
                     "uncaught-exception",
-                    f"{exc['type']}{module} on thread {exc['thread']}: {exc['message'].splitlines()[0][:200]}",
+                    f"{exc['type']}{module} on thread {exc['thread']}: {_first_line(exc['message'])[:200]}",
                     detail=f"Nothing caught it; it ended thread {exc['thread']}"
                     + (" and the process." if exc["thread"] == "MainThread" else ".")
                     + (f" It was raised inside module `{exc['module']}`." if exc.get("module") else ""),
@@ -142,7 +149,7 @@ class ProcessJudge(Judge):
                     f"{size_text(oom.get('free_bytes'))} free of {size_text(oom.get('device_total_bytes'))}, "
                     f"after {oom.get('steps', 0)} optimizer steps."
                     if oom
-                    else f"{exc.get('type')}: {str(exc.get('message', '')).splitlines()[0][:300]}"
+                    else f"{exc.get('type')}: {_first_line(str(exc.get('message', '')))[:300]}"
                 )
                 + (
                     f" Memory snapshot: {oom['memory_snapshot']} (open it at https://pytorch.org/memory_viz)."
@@ -254,7 +261,7 @@ class ProcessJudge(Judge):
             "steps": len(steps),
             "peak_bytes_by_step": peaks[-_STEPS_KEPT:],
             "peak_bytes": max(peaks, default=None),
-            "dense_kernels": len(self.obs.get("dense_events") or []),
+            "dense_kernels": self.obs.get("dense_events_total", len(self.obs.get("dense_events") or [])),
             "damaged_event_lines": self.log.damaged_lines,  # a process killed mid-write leaves one
         }
 
@@ -286,7 +293,8 @@ class RunJudge(Judge):
         hang = self.outcome.hang or {}
         stacks = hang.get("stacks", {})
         shown = [log for log in self.logs if _worth_a_section(log) or log.pid in stacks]
-        sections = [ProcessJudge(log, stacks.get(log.pid)).judge() for log in shown]
+        stopped = self.outcome.stopped_by_doctor
+        sections = [ProcessJudge(log, stacks.get(log.pid), stopped).judge() for log in shown]
         self._overview(shown)
         overview = self.result()
         if any(c.status == "fail" for c in self.checks):

@@ -94,6 +94,8 @@ class Pair(nn.Module):
 
 
 def build_pairs(args: argparse.Namespace) -> list[Pair]:
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("trainer: --device cuda, but torch sees no CUDA device here")
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     dtype = torch.bfloat16 if cuda else torch.float32
     scale = args.scale if args.scale != "auto" else ("full" if cuda else "tiny")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dflashdoctor.report import Report
@@ -53,6 +54,16 @@ def scalar_measurements(measurements: dict[str, Any]) -> dict[str, Any]:
 
 
 SITE_COLUMNS = ("module", "impl", "calls", "verdict", "origin", "where")
+
+
+def repo_path(file: str) -> str:
+    """A path as code-scanning and annotations match it to the repository: relative to the current
+    folder when under it, else absolute."""
+    path = Path(file)
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except (ValueError, OSError):
+        return path.as_posix()
 
 
 def site_rows(measurements: dict[str, Any]) -> list[tuple[str, ...]]:

@@ -3,8 +3,10 @@ and the Markdown report appended to the job's step summary."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
+from dflashdoctor.render.common import repo_path
 from dflashdoctor.render.markdown import render_markdown
 from dflashdoctor.report import Report
 
@@ -23,7 +25,7 @@ def annotations(report: Report) -> list[str]:
         for f in result.findings:
             props = [f"title={_escape(f.code, property_value=True)}"]
             if f.where and f.where.file and not f.where.file.startswith("<"):
-                props.insert(0, f"file={_escape(f.where.file, property_value=True)}")
+                props.insert(0, f"file={_escape(repo_path(f.where.file), property_value=True)}")
                 if f.where.line:
                     props.insert(1, f"line={f.where.line}")
             lines.append(f"::{_COMMAND[f.severity]} {','.join(props)}::{_escape(f'{result.probe}: {f.title}')}")
@@ -38,5 +40,8 @@ def publish(report: Report, environ: Mapping[str, str]) -> None:
         print(line, flush=True)
     summary = environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        with open(summary, "a", encoding="utf-8") as handle:
-            handle.write(render_markdown(report) + "\n")
+        try:
+            with open(summary, "a", encoding="utf-8") as handle:
+                handle.write(render_markdown(report) + "\n")
+        except OSError as exc:  # the annotations are out; a missing summary must not fail the gate
+            print(f"dflashdoctor: cannot append to GITHUB_STEP_SUMMARY {summary}: {exc.strerror}", file=sys.stderr)

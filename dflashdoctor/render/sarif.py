@@ -14,6 +14,7 @@ from typing import Any
 
 from dflashdoctor import __version__
 from dflashdoctor.codes import CODES
+from dflashdoctor.render.common import repo_path
 from dflashdoctor.report import Finding, Report
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -24,11 +25,9 @@ def _location(finding: Finding) -> list[dict[str, Any]]:
     where = finding.where
     if where is None or not where.file or where.file.startswith("<"):
         return []
-    path = Path(where.file)
-    try:
-        uri = path.resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        uri = path.resolve().as_uri() if path.is_absolute() else path.as_posix()
+    uri = repo_path(where.file)
+    if uri.startswith("/"):  # outside the repository: an absolute file URI
+        uri = Path(uri).as_uri()
     physical: dict[str, Any] = {"artifactLocation": {"uri": uri}}
     if where.line:
         physical["region"] = {"startLine": int(where.line)}

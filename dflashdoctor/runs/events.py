@@ -56,26 +56,52 @@ class ProcessLog:
             self.snapshot = record
 
 
-def read_logs(events: Path) -> list[ProcessLog]:
-    """Every process's log, ordered by rank then pid; a half-written last line (a killed process)
-    is counted and skipped."""
-    logs: dict[int, ProcessLog] = {}
-    for path in sorted(events.glob("*.jsonl")):
+class LogReader:
+    """Reads the events folder incrementally: each call reads only what was appended since the last
+    (the watch loop asks every few seconds; a long run's files grow large). A line not yet ended is
+    left for the next call; one that does not parse (a process killed mid-write) is counted."""
+
+    def __init__(self, events: Path) -> None:
+        self.events = events
+        self.logs: dict[int, ProcessLog] = {}
+        self._offsets: dict[Path, int] = {}
+
+    def update(self, *, final: bool = False) -> list[ProcessLog]:
+        """`final`: the processes are gone, so an unended last line is a damaged one."""
+        for path in sorted(self.events.glob("*.jsonl")):
+            self._read(path, final)
+        logs = self.logs.values()
+        rank_parents = {log.start.get("ppid") for log in logs if log.rank is not None}
+        for log in logs:
+            log.launcher = log.rank is None and log.pid in rank_parents
+        return sorted(logs, key=lambda log: (log.rank is None, log.rank or 0, log.pid))
+
+    def _read(self, path: Path, final: bool) -> None:
         file_pid = _pid_of(path)
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                    pid = int(record["pid"])
-                except (ValueError, KeyError, TypeError):
-                    if line.strip() and file_pid is not None:
-                        logs.setdefault(file_pid, ProcessLog(file_pid)).damaged_lines += 1
-                    continue
-                logs.setdefault(pid, ProcessLog(pid)).add(record)
-    rank_parents = {log.start.get("ppid") for log in logs.values() if log.rank is not None}
-    for log in logs.values():
-        log.launcher = log.rank is None and log.pid in rank_parents
-    return sorted(logs.values(), key=lambda log: (log.rank is None, log.rank or 0, log.pid))
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(self._offsets.get(path, 0))
+                data = handle.read()
+        except OSError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]
+        self._offsets[path] = self._offsets.get(path, 0) + len(complete)
+        if final and data[len(complete) :].strip() and file_pid is not None:
+            self.logs.setdefault(file_pid, ProcessLog(file_pid)).damaged_lines += 1
+        for line in complete.decode("utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+                pid = int(record["pid"])
+            except (ValueError, KeyError, TypeError):
+                if line.strip() and file_pid is not None:
+                    self.logs.setdefault(file_pid, ProcessLog(file_pid)).damaged_lines += 1
+                continue
+            self.logs.setdefault(pid, ProcessLog(pid)).add(record)
+
+
+def read_logs(events: Path) -> list[ProcessLog]:
+    """Every process's log once the run is over, ordered by rank then pid."""
+    return LogReader(events).update(final=True)
 
 
 def _pid_of(path: Path) -> int | None:

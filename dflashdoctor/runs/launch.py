@@ -51,4 +51,7 @@ def child_environment(bootstrap: Path, events: Path, settings: RunSettings) -> d
 def start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Its own session, so that the doctor can stop the whole tree (torchrun and its workers) at
     once; stdin, stdout and stderr are the doctor's own, so the output passes through untouched."""
-    return subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        return subprocess.Popen(command, env=env, start_new_session=True)
+    except OSError as exc:  # executable but not a program the kernel can start (no shebang, ...)
+        raise BadInput(f"cannot start {command[0]}: {exc.strerror}") from None

@@ -59,7 +59,7 @@ def _faulthandler(pid: int, events: Path) -> dict[str, Any]:
     while time.monotonic() < deadline and (not path.exists() or path.stat().st_size == before):
         time.sleep(0.05)
     time.sleep(0.2)  # let it finish writing every thread
-    text = path.read_text(errors="replace")[before:] if path.exists() else ""
+    text = path.read_bytes()[before:].decode(errors="replace") if path.exists() else ""
     return {"tool": "faulthandler", "threads": parse_faulthandler(text)}
 
 

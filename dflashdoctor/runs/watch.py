@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dflashdoctor.runs.events import last_activity, read_logs
+from dflashdoctor.cache.processes import pid_alive
+from dflashdoctor.runs.events import LogReader, last_activity
 from dflashdoctor.runs.stacks import dump_stacks
 
 _POLL_S = 0.2
@@ -35,14 +36,13 @@ class Outcome:
     progress_lines: list[str] = field(default_factory=list)
 
 
-def _alive(pid: int) -> bool:
+def _ours(pid: int, group: int) -> bool:
+    """Alive and still in the command's process group: a pid reused by another program since its
+    events were written must not get our stack-dump signal (its default action terminates)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return pid_alive(pid) and os.getpgid(pid) == group
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _stop(child: subprocess.Popen[bytes], first: signal.Signals) -> None:
@@ -58,9 +58,9 @@ def _stop(child: subprocess.Popen[bytes], first: signal.Signals) -> None:
             continue
 
 
-def _progress_line(events: Path) -> str:
+def _progress_line(reader: LogReader) -> str:
     parts = []
-    for log in read_logs(events):
+    for log in reader.update():
         if log.instrumented is None:
             continue
         step = log.steps[-1] if log.steps else None
@@ -87,6 +87,7 @@ def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | 
     outcome = Outcome(returncode=None, duration_s=0.0)
     last_progress_wall = time.time()
     last_line, last_line_t = "", 0.0
+    reader = LogReader(events)
     try:
         while child.poll() is None:
             time.sleep(_POLL_S)
@@ -98,7 +99,7 @@ def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | 
             last_progress_wall = max([last_progress_wall, *activity.values()])
             now = time.monotonic()
             if now - last_line_t >= _PROGRESS_LINE_EVERY_S:
-                line = _progress_line(events)
+                line = _progress_line(reader)
                 if line and line != last_line:
                     print(f"dflashdoctor run: {line}", file=sys.stderr, flush=True)
                     outcome.progress_lines.append(line)
@@ -106,7 +107,7 @@ def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | 
                 last_line_t = now
             silent = time.time() - last_progress_wall
             if hang_timeout_s is not None and silent >= hang_timeout_s:
-                live = [pid for pid in activity if _alive(pid)]
+                live = [pid for pid in activity if _ours(pid, child.pid)]
                 print(
                     f"dflashdoctor run: no progress for {silent:.0f} s: taking the stacks of {len(live)} "
                     "processes, then stopping the run",
