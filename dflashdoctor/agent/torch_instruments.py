@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from dflashdoctor.hooks.flex_calls import FlexSite
 
 _SNAPSHOT_EVERY_S = 10.0  # at most one snapshot this often while steps go on (and one at the end)
+# A flex call as kept per call: (start time, site, thread name, site calls before, dense forwards before).
+_Call = tuple[float, "FlexSite", str, int, int]
 _DENSE_LOGGED = 200  # dense kernel events logged one by one, and kept in a snapshot (the rest counted)
 _HISTORY_ENTRIES = 50_000  # allocations kept for the snapshot: the ones before an OOM are what matter
 
@@ -59,9 +61,9 @@ class TorchInstruments:
         self.watch: DynamoWatch | None = None
         self.steps = 0
         self.dense_seen = 0
-        self.last_calls: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.settings.last_calls)
+        self.last_calls: collections.deque[_Call] = collections.deque(maxlen=self.settings.last_calls)
         self.oom: dict[str, Any] | None = None
-        self.in_flight: dict[int, dict[str, Any]] = {}  # thread ident -> the flex call it is inside
+        self.in_flight: dict[int, _Call] = {}  # thread ident -> the flex call it is inside
         self.unavailable: list[str] = []
         self._last_snapshot = 0.0
         self._snapshot_lock = threading.RLock()  # the SIGTERM handler may snapshot inside a snapshot
@@ -158,21 +160,28 @@ class TorchInstruments:
             )
 
     def _flex_call(self, site: FlexSite, entering: bool) -> None:
-        """The call each thread has in flight (an out-of-memory inside it names it) and the last ones."""
+        """The call each thread has in flight (an out-of-memory inside it names it) and the last ones.
+        Per call only a tuple is kept (this runs inside the training step); it is described at OOM."""
         ident = threading.get_ident()
-        if not entering:
-            self.last_calls.append(self.in_flight.pop(ident, None) or {})
+        if entering:
+            self.in_flight[ident] = (time.time(), site, threading.current_thread().name, site.calls, site.dense_forward)
             return
-        self.in_flight[ident] = {
-            "t": round(time.time(), 3),
-            "file": site.file,
-            "line": site.line,
-            "function": site.function,
-            "module": site.module,
-            "via": site.via,
-            "thread": threading.current_thread().name,
-            "calls_before": site.calls,
-            "dense_forward_before": site.dense_forward,
+        call = self.in_flight.pop(ident, None)
+        if call is not None:
+            self.last_calls.append(call)
+
+    @staticmethod
+    def _describe(call: _Call | None) -> dict[str, Any] | None:
+        if call is None:
+            return None
+        t, site, thread, calls_before, dense_before = call
+        where = {k: getattr(site, k) for k in ("file", "line", "function", "module", "via")}
+        return {
+            "t": round(t, 3),
+            **where,
+            "thread": thread,
+            "calls_before": calls_before,
+            "dense_forward_before": dense_before,
         }
 
     def _step(self) -> None:
@@ -216,8 +225,8 @@ class TorchInstruments:
             "device_total_bytes": device_total,  # or the limit set with set_per_process_memory_fraction
             "free_bytes": device_free,
             "thread": threading.current_thread().name,
-            "in_flight": self.in_flight.get(threading.get_ident()),
-            "last_calls": list(self.last_calls),
+            "in_flight": self._describe(self.in_flight.get(threading.get_ident())),
+            "last_calls": [self._describe(call) for call in list(self.last_calls)],
             "dense_events": [e.to_dict() for e in self.dense.events[-8:]],
             "memory_snapshot": snapshot_path,
             "steps": self.steps,
