@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests import schemas
+
 TARGETS = Path(__file__).parent / "targets"
 
 
@@ -34,6 +36,19 @@ def evidence(request, tmp_path) -> Path:
     base = Path(root) / request.node.name.removeprefix("test_") if root else tmp_path
     base.mkdir(parents=True, exist_ok=True)
     return base
+
+
+@pytest.fixture(scope="session")
+def sarif_schema(request) -> Path:
+    """SARIF 2.1.0's published JSON schema (tests/schemas.py says where it comes from)."""
+    return schemas.fetch(schemas.SARIF_2_1_0, request.config.cache.mkdir("published-schemas"))
+
+
+@pytest.fixture(scope="session")
+def junit_schemas(request) -> list[Path]:
+    """The JUnit XSDs Jenkins' xunit plugin reads, two revisions."""
+    cache = request.config.cache.mkdir("published-schemas")
+    return [schemas.fetch(schema, cache) for schema in schemas.JENKINS_JUNIT]
 
 
 def _cuda_available() -> bool:

@@ -10,7 +10,9 @@ from dflashdoctor.render import write_report_dir
 from dflashdoctor.render.html import render_html
 from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.markdown import render_markdown
+from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.report import Bar, Check, Comparison, ProbeResult, Report, Where
+from tests import schemas
 
 HOSTILE = "<script>alert('x')</script>"
 
@@ -63,6 +65,19 @@ def test_junit_parses_with_one_case_per_check():
     failure = cases[0].find("failure")
     assert failure is not None and "dense-forward" in failure.text
     assert cases[1].find("skipped") is not None
+
+
+def test_junit_and_sarif_validate_against_the_published_schemas(sarif_schema, junit_schemas):
+    """Failures, skips, a crashed probe (JUnit <error>) and hostile strings, all schema-valid."""
+    crashed = ProbeResult(probe="race", status="error", findings=[finding("probe-crashed", f"race {HOSTILE}")])
+    report = hostile_report()
+    report.results.append(crashed)
+    report.settle_verdict()
+    xml = render_junit(report)
+    (_, race_suite) = ET.fromstring(xml).findall("testsuite")
+    assert race_suite.get("errors") == "1" and race_suite.find("testcase/error") is not None
+    assert schemas.junit_errors(xml, junit_schemas) == []
+    assert schemas.sarif_errors(json.loads(render_sarif(report)), sarif_schema) == []
 
 
 def test_json_round_trips_through_the_model():

@@ -1,42 +1,51 @@
-"""JUnit XML: what CI systems read. One testsuite per probe, one testcase per check."""
+"""JUnit XML: what CI systems read. One testsuite per probe, one testcase per check, and a `probe`
+testcase carrying the errors of a probe that crashed. The counts are taken from the cases written,
+so Jenkins, GitLab and GitHub's reporters show the same numbers as the report."""
 
 from __future__ import annotations
 
 from xml.etree import ElementTree as ET
 
-from dflashdoctor.report import Report
+from dflashdoctor.report import ProbeResult, Report
+
+
+def _cases(result: ProbeResult) -> list[ET.Element]:
+    cases = []
+    for check in result.checks or []:
+        case = ET.Element("testcase", classname=f"dflashdoctor.{result.probe}", name=check.name)
+        related = [f for f in result.findings if f.code in check.codes]
+        if check.status == "fail":
+            body = "\n\n".join(f"{f.code}: {f.title}\n{f.detail}\nfix: {f.fix}" for f in related)
+            ET.SubElement(case, "failure", message=check.summary, type="dflashdoctor").text = body
+        elif check.status == "skip":
+            ET.SubElement(case, "skipped", message=check.summary)
+        else:
+            ET.SubElement(case, "system-out").text = check.summary
+        cases.append(case)
+    if result.status == "error":
+        case = ET.Element("testcase", classname=f"dflashdoctor.{result.probe}", name="probe")
+        for f in result.findings:
+            ET.SubElement(case, "error", message=f.title, type=f.code).text = str(
+                f.evidence.get("stderr_tail", f.detail)
+            )
+        cases.append(case)
+    return cases
 
 
 def render_junit(report: Report) -> str:
     suites = ET.Element("testsuites", name=f"dflashdoctor {report.command}", time=f"{report.duration_s:.3f}")
     for result in report.results:
-        checks = result.checks or []
-        failures = [c for c in checks if c.status == "fail"]
+        cases = _cases(result)
         suite = ET.SubElement(
             suites,
             "testsuite",
             name=result.probe,
-            tests=str(max(len(checks), 1)),
-            failures=str(len(failures)),
-            errors="1" if result.status == "error" else "0",
-            skipped=str(sum(c.status == "skip" for c in checks)),
+            tests=str(len(cases)),
+            failures=str(sum(case.find("failure") is not None for case in cases)),
+            errors=str(sum(case.find("error") is not None for case in cases)),
+            skipped=str(sum(case.find("skipped") is not None for case in cases)),
             time=f"{result.duration_s:.3f}",
         )
-        for check in checks:
-            case = ET.SubElement(suite, "testcase", classname=f"dflashdoctor.{result.probe}", name=check.name)
-            related = [f for f in result.findings if f.code in check.codes]
-            if check.status == "fail":
-                body = "\n\n".join(f"{f.code}: {f.title}\n{f.detail}\nfix: {f.fix}" for f in related)
-                ET.SubElement(case, "failure", message=check.summary, type="dflashdoctor").text = body
-            elif check.status == "skip":
-                ET.SubElement(case, "skipped", message=check.summary)
-            else:
-                ET.SubElement(case, "system-out").text = check.summary
-        if result.status == "error":
-            case = ET.SubElement(suite, "testcase", classname=f"dflashdoctor.{result.probe}", name="probe")
-            for f in result.findings:
-                ET.SubElement(case, "error", message=f.title, type=f.code).text = str(
-                    f.evidence.get("stderr_tail", f.detail)
-                )
+        suite.extend(cases)
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
