@@ -2,7 +2,7 @@
 
 Versions (read from package metadata where importing would be costly or could fail: triton,
 transformers and fla are never imported), the GPUs torch sees, the knobs set in the environment,
-dynamo's recompile limit, and the cache roots with their sizes (on this machine: with `--ssh` the
+dynamo's recompile limit, and the cache roots with their sizes and filesystems (on this machine: with `--ssh` the
 probed side is another one). The doctor redacts and judges; nothing here decides.
 """
 
@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.cache.environment import NETWORK_FILESYSTEMS, mount_of
 from dflashdoctor.cache.roots import resolve_roots
 from dflashdoctor.probe_support import probe_main
 
@@ -97,7 +98,11 @@ def _cache_roots() -> list[dict[str, Any]]:
         exists = root.path.is_dir()
         files, size = _size(root.path) if exists else (0, 0)
         where = {"kind": root.kind, "path": str(root.path), "source": root.source}
-        rows.append(where | {"exists": exists, "files": files, "bytes": size})
+        mount = mount_of(root.path)  # of the folder that will hold it, where it does not exist yet
+        place = {"mount_point": mount[0], "filesystem": mount[1]} if mount else {}
+        if mount:
+            place["network_filesystem"] = mount[1] in NETWORK_FILESYSTEMS
+        rows.append(where | place | {"exists": exists, "files": files, "bytes": size})
     return rows
 
 

@@ -1,9 +1,11 @@
 """`--ssh` against a real sshd the test starts on loopback: the probed side runs over ssh with the
-probe code shipped along, arguments cannot inject shell code, and failures are one line."""
+probe code shipped along, arguments cannot inject shell code, and failures are one line. The same
+sshd serves an sshfs mount: a real network filesystem under a cache root."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -36,7 +38,7 @@ def sshd(tmp_path_factory):
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {home / 'host_key'}\n"
         f"AuthorizedKeysFile {home / 'authorized_keys'}\nPidFile {home / 'sshd.pid'}\nStrictModes no\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
-        "PermitRootLogin prohibit-password\nUsePAM no\n"
+        "PermitRootLogin prohibit-password\nUsePAM no\nSubsystem sftp internal-sftp\n"
     )
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", exist_ok=True)
@@ -57,6 +59,30 @@ def sshd(tmp_path_factory):
     yield f"{user}@127.0.0.1:{port}", options
     server.terminate()
     server.wait(timeout=10)
+
+
+@pytest.fixture
+def sshfs_folder(tmp_path, sshd):
+    """A folder mounted over sshfs from the test's sshd (filesystem type fuse.sshfs), unmounted after."""
+    fusermount = shutil.which("fusermount3") or shutil.which("fusermount")
+    if shutil.which("sshfs") is None or fusermount is None or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs sshfs and /dev/fuse")
+    destination, options = sshd
+    host, port = destination.rsplit(":", 1)
+    served, mounted = tmp_path / "served", tmp_path / "mounted"
+    served.mkdir()
+    mounted.mkdir()
+    ssh_command = shlex.join(["ssh", *shlex.split(options)])
+    done = subprocess.run(
+        ["sshfs", "-p", port, "-o", f"ssh_command={ssh_command}", f"{host}:{served}", str(mounted)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"sshfs could not mount: {done.stderr.strip()[-300:]}")
+    yield mounted
+    subprocess.run([fusermount, "-u", "-z", str(mounted)], capture_output=True, timeout=60)
 
 
 def _env(options: str, **extra: str) -> dict[str, str]:
@@ -120,3 +146,18 @@ def test_unreachable_host_is_one_line_and_exit_2(tmp_path, sshd):
     assert run.code == 2
     (line,) = run.stderr.strip().splitlines()
     assert line.startswith("dflashdoctor: --ssh 127.0.0.1: ") and "refused" in line
+
+
+def test_a_cache_root_on_a_network_filesystem_is_named_once(tmp_path, sshfs_folder):
+    triton_root = sshfs_folder / "triton"
+    triton_root.mkdir()
+    variables = {"TRITON_CACHE_DIR": str(triton_root), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    run = run_cli(tmp_path, "env", env=variables)
+    assert run.code == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    (shared,) = [f for f in run.report["results"][0]["findings"] if f["code"] == "cache-shared-filesystem"]
+    assert shared["severity"] == "warning" and "fuse.sshfs" in shared["title"] and str(triton_root) in shared["title"]
+    # In the gate, env and cache check both see it: the report names it once, in the cache section.
+    (tmp_path / "dflashdoctor.toml").write_text('probes = ["env", "cache"]\n')
+    gate = run_cli(tmp_path, "gate", env=variables)
+    found = [(r["probe"], f["title"]) for r in gate.report["results"] for f in r["findings"]]
+    assert [probe for probe, title in found if "fuse.sshfs" in title] == ["cache"], found

@@ -19,7 +19,7 @@ from dflashdoctor.commands.env import EnvOptions, env
 from dflashdoctor.commands.race import RaceOptions, race
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
 from dflashdoctor.gate.config import GateConfig, load_config
-from dflashdoctor.gate.verdicts import apply_budgets, judge_race_for_pipeline
+from dflashdoctor.gate.verdicts import apply_budgets, drop_repeated_findings, judge_race_for_pipeline
 from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.session import finish, new_report
 
@@ -103,4 +103,5 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
             report.results.append(result)
         for key, value in sub.environment.items():
             report.environment.setdefault(key, value)
+    drop_repeated_findings(report.results)
     return finish(report, started)

@@ -81,3 +81,15 @@ def judge_race_for_pipeline(result: ProbeResult, config: GateConfig) -> None:
             check.status, check.summary = "warn", f"installed triton is racy: {check.summary}"
     result.checks.append(Check("pipeline", "info", "threaded_autotuners = false: the race is reported as a warning"))
     _settle(result)
+
+
+def drop_repeated_findings(results: list[ProbeResult]) -> None:
+    """A finding two sections make alike (env and cache check both see a cache root on NFS) is kept
+    once, in the later section: the dedicated probe, with the fuller evidence."""
+    seen: set[tuple[str, str]] = set()
+    for result in reversed(results):
+        kept = [f for f in result.findings if (f.code, f.title) not in seen]
+        seen.update((f.code, f.title) for f in result.findings)
+        if len(kept) != len(result.findings):
+            result.findings = kept
+            _settle(result)

@@ -8,7 +8,7 @@ from dflashdoctor.cache.model import Problem, RootScan
 from dflashdoctor.cache.quarantine import QuarantineRun
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
-from dflashdoctor.report import ProbeResult, Where
+from dflashdoctor.report import Finding, ProbeResult, Where
 
 _CODES = {
     "corrupt": "cache-corrupt-entry",
@@ -30,6 +30,18 @@ _TITLES = {
     "orphan-tmp": "Leftover temporary {what} from an interrupted {kind} cache write",
     "unreadable": "Unreadable {kind} cache entry",
 }
+
+
+def shared_filesystem_finding(kind: str, path: str, facts: dict[str, Any], evidence: dict[str, Any]) -> Finding:
+    """One wording for `cache check` and `env`: the gate keeps one of the two for the same root."""
+    return finding(
+        "cache-shared-filesystem",
+        f"{kind} cache {path} is on {facts['filesystem']} ({facts['mount_point']})",
+        detail="Triton and Inductor write with rename and no lock; on network filesystems concurrent "
+        "writers see EBUSY or FileNotFoundError, and slow metadata makes every lookup costly.",
+        evidence=evidence,
+        fix="Point TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR at node-local disk (e.g. /tmp or NVMe).",
+    )
 
 
 class CacheJudge(Judge):
@@ -109,16 +121,7 @@ class CacheJudge(Judge):
         facts = self.facts.get(scan.path, {})
         evidence = {"root": scan.path, **facts}
         if facts.get("network_filesystem"):
-            self.findings.append(
-                finding(
-                    "cache-shared-filesystem",
-                    f"{scan.kind} cache {scan.path} is on {facts['filesystem']} ({facts['mount_point']})",
-                    detail="Triton and Inductor write with rename and no lock; on network filesystems concurrent "
-                    "writers see EBUSY or FileNotFoundError, and slow metadata makes every lookup costly.",
-                    evidence=evidence,
-                    fix="Point TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR at node-local disk (e.g. /tmp or NVMe).",
-                )
-            )
+            self.findings.append(shared_filesystem_finding(scan.kind, scan.path, facts, evidence))
         if facts.get("relative"):
             self.findings.append(
                 finding(

@@ -11,6 +11,7 @@ from typing import Any
 
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
+from dflashdoctor.judges.cache import shared_filesystem_finding
 from dflashdoctor.report import ProbeResult
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|AUTH", re.IGNORECASE)
@@ -71,9 +72,11 @@ class EnvJudge(Judge):
         self._check("gpus", "info", f"{summary}; driver {obs.get('driver')}" if gpus else "none visible to torch")
         for root in self.cache_roots:
             size = f"{size_text(root['bytes'])} in {root['files']} files" if root["exists"] else "not created yet"
-            self._check(f"cache {root['kind']}", "info", f"{root['path']} ({root['source']}): {size}")
+            place = f", on {root['filesystem']}" if root.get("filesystem") else ""
+            self._check(f"cache {root['kind']}", "info", f"{root['path']} ({root['source']}): {size}{place}")
         variables = redact(obs.get("variables") or {})
         self._hazards(variables)
+        self._shared_roots()
         self._recompile_limit()
         self.measurements.update({k: v for k, v in obs.items() if k not in ("variables", "cache_roots")})
         self.measurements.update(variables=variables, cache_roots=self.cache_roots)
@@ -97,6 +100,14 @@ class EnvJudge(Judge):
         self._check("hazards", "warn" if hazards else "pass", f"{hazards} known hazards set", "env-hazard")
         if "TORCH_LOGS" in variables:  # not harmful, but it silences in-process logging setup
             self._check("TORCH_LOGS", "info", "set: torch._logging.set_logs() is ignored while it is")
+
+    def _shared_roots(self) -> None:
+        shared = [root for root in self.cache_roots if root.get("network_filesystem")]
+        for root in shared:
+            self.findings.append(shared_filesystem_finding(root["kind"], root["path"], root, {"root": root["path"]}))
+        if shared:
+            summary = f"{len(shared)} cache roots on a network filesystem"
+            self._check("cache places", "warn", summary, "cache-shared-filesystem")
 
     def _recompile_limit(self) -> None:
         limit = self.obs.get("recompile_limit")
