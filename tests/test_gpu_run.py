@@ -50,6 +50,8 @@ def test_eager_wrapper_is_dense_backward_at_the_drafter_modules(trainer):
     assert modules and all(m.startswith("drafter.layers.") and m.endswith(".self_attn") for m in modules)
     assert all(f["evidence"]["score_matrix_bytes"] > 0 for f in backward)
     assert all("eager backend" in f["detail"] for f in backward)
+    for raised in run.findings("uncaught-exception"):  # two pairs' eager flex calls can trip torch's FX flag
+        assert raised["evidence"].get("known_cause") == "fx-tracing-flag", raised["title"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="needs fla-core")
@@ -60,6 +62,8 @@ def test_concurrent_target_forwards_are_caught_inside_one_autotuner(trainer):
     overlap = entry["evidence"]["overlaps"][0]
     assert len(overlap["threads"]) == 2 and all(overlap["stacks"])  # both threads, both stacks
     assert entry["where"] is not None
+    for raised in run.findings("uncaught-exception"):  # the crash the shared autotuner causes, explained
+        assert raised["evidence"].get("known_cause") == "shared-autotuner", raised["title"]
 
 
 def test_sequential_target_forwards_enter_no_autotuner_together(trainer):

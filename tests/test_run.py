@@ -99,6 +99,14 @@ def test_uncaught_exception_names_the_module_it_came_from(tmp_path):
     assert result.findings("child-failed")[0]["evidence"]["returncode"] == 1
 
 
+def test_a_compiled_call_while_another_thread_traces_names_the_fx_flag(tmp_path):
+    result = run(tmp_path, "--", "python", str(SCRIPTS / "fx_flag_threads.py"))
+    (raised,) = result.findings("uncaught-exception")
+    assert raised["evidence"]["known_cause"] == "fx-tracing-flag"
+    assert "process-global flag" in raised["detail"] and "one thread" in raised["fix"]
+    assert raised["where"]["line"] == _line("fx_flag_threads.py", "CALL_LINE")
+
+
 def test_steps_stops_each_process_after_that_many_optimizer_steps(tmp_path):
     result = run(tmp_path, "--steps", "3", "--", "python", str(SCRIPTS / "trains_forever.py"))
     assert result.code == 0, result.stdout + result.stderr

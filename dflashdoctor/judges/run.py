@@ -16,6 +16,7 @@ from dflashdoctor.agent.config import FINAL_SNAPSHOTS
 from dflashdoctor.agent.process import is_user_file
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, frame_where, size_text
+from dflashdoctor.judges.known_causes import known_cause
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
 from dflashdoctor.report import ProbeResult, Where
 from dflashdoctor.runs.events import ProcessLog
@@ -113,17 +114,22 @@ class ProcessJudge(Judge):
                 continue  # a KeyboardInterrupt of a run the doctor stopped is the stop itself
             seen.add(key)
             module = f" in {exc['module']}" if exc.get("module") else ""
+            known = known_cause(exc["message"], exc.get("raised_at"))
+            evidence = {k: exc.get(k) for k in ("type", "message", "thread", "module", "raised_at", "traceback")}
             self.findings.append(
                 finding(
                     "uncaught-exception",
                     f"{exc['type']}{module} on thread {exc['thread']}: {_first_line(exc['message'])[:200]}",
                     detail=f"Nothing caught it; it ended thread {exc['thread']}"
                     + (" and the process." if exc["thread"] == "MainThread" else ".")
-                    + (f" It was raised inside module `{exc['module']}`." if exc.get("module") else ""),
+                    + (f" It was raised inside module `{exc['module']}`." if exc.get("module") else "")
+                    + (f" Known cause: {known.cause}" if known else ""),
                     where=Where(**exc["where"], module=exc.get("module")) if exc.get("where") else None,
-                    evidence={k: exc.get(k) for k in ("type", "message", "thread", "module", "raised_at", "traceback")},
-                    fix="Read the traceback in the evidence; the call sites and dense kernels seen before it are "
-                    "listed in this section.",
+                    evidence=evidence | ({"known_cause": known.name} if known else {}),
+                    fix=known.fix
+                    if known
+                    else "Read the traceback in the evidence; the call sites and dense kernels seen before it "
+                    "are listed in this section.",
                 )
             )
 
