@@ -120,6 +120,9 @@ def test_strict_makes_a_dense_flex_kernel_raise(tmp_path):
     (raised,) = result.findings("uncaught-exception")
     assert raised["evidence"]["type"] == "StrictModeError"
     assert result.findings("child-failed")
+    # The call that raised is still counted, its dense kernel charged to its line (an OOM is the same).
+    (dense,) = result.findings("dense-forward")
+    assert dense["where"]["line"] == _line("eager_flex.py", "FLEX_LINE") and "(1 of 1 calls)" in dense["title"]
 
 
 @pytest.mark.parametrize(

@@ -171,11 +171,12 @@ class FlexCallRecorder:
             before = self.dense.mark()
             try:
                 out = fn(query, key, value, *args, **kwargs)
-            finally:
+            finally:  # also when the call raised (an OOM, --strict): its dense kernel is this site's
                 if self.on_call is not None:
-                    self.on_call(site, False)  # also when the call raised (a caught OOM, --strict)
-            mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
-            site.observe(query, key, mask, training=bool(query.requires_grad), dense=self.dense.events_since(before))
+                    self.on_call(site, False)
+                mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
+                dense = self.dense.events_since(before)
+                site.observe(query, key, mask, training=bool(query.requires_grad), dense=dense)
             self.dense.watch_backward(out, site)
             return out
 
