@@ -2,8 +2,8 @@
 
 Versions (read from package metadata where importing would be costly or could fail: triton,
 transformers and fla are never imported), the GPUs torch sees, the knobs set in the environment,
-dynamo's recompile limit, and the cache roots with their sizes and filesystems (on this machine: with `--ssh` the
-probed side is another one). The doctor redacts and judges; nothing here decides.
+dynamo's recompile limit, and the cache roots with their sizes and filesystems (on this machine:
+with `--ssh` the probed side is another one). The doctor redacts and judges; nothing here decides.
 """
 
 from __future__ import annotations

