@@ -19,6 +19,7 @@ import sys
 import traceback
 import types
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.hf_attention import HFAttentionRecorder, kernel_impl
 from dflashdoctor.hooks.module_names import ModuleNamer
-from dflashdoctor.models import build_config
+from dflashdoctor.models import build_config, drafter_dimensions
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
 from dflashdoctor.reference.drafter_step import BLOCK_SIZE, make_drafter_step
 
@@ -209,7 +210,7 @@ def _trace_drafter(
 ) -> dict[str, Any]:
     """`steps` reference DFlash drafter steps, with its fault switch, shaped like the qwen27b-dflash preset."""
     scale = _scale(settings, device)
-    config = build_config("qwen27b-dflash", scale)
+    config = drafter_dimensions("qwen27b-dflash", scale)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     backward = settings["backward"] and device != "cpu"  # flex_attention has no CPU backward
     # The drafter reads the target's hidden states as context and drafts a quarter as many tokens, at
@@ -217,10 +218,15 @@ def _trace_drafter(
     # has no valid config for a training call (NoValidChoicesError measured at 64 queries).
     context_len = settings["seq_len"]
     blocks = max(_MIN_DRAFT_BLOCKS, context_len // (4 * BLOCK_SIZE))
-    _bind_transformers_first()
+    # Only the hf-flex-path fault calls into transformers: the other drafters leave it unimported
+    # (on an H200 that import was about 3 s of the gate's longest probe).
+    through_hf = settings.get("drafter_fault") == "hf-flex-path" or "transformers" in sys.modules
+    if through_hf:
+        _bind_transformers_first()
     dense.phase = "drafter"
     error = None
-    with HFAttentionRecorder(None, dense, namer) as hf, FlexCallRecorder(dense, namer) as flex:
+    hf_recorder = HFAttentionRecorder(None, dense, namer) if through_hf else contextlib.nullcontext(None)
+    with hf_recorder as hf, FlexCallRecorder(dense, namer) as flex:
         try:
             _, step = make_drafter_step(
                 config, device, dtype, settings.get("drafter_fault"), backward, blocks=blocks, context_len=context_len
@@ -237,9 +243,9 @@ def _trace_drafter(
         "backward": backward,
         "q_len": blocks * BLOCK_SIZE,
         "context_len": context_len,
-        "sites": [site.to_dict() for site in hf.sites.values()],
+        "sites": [site.to_dict() for site in hf.sites.values()] if hf else [],
         "flex_sites": [site.to_dict() for site in flex.sites.values()],
-        "hook_unavailable": hf.unavailable,
+        "hook_unavailable": hf.unavailable if hf else None,
     }
 
 
@@ -271,9 +277,10 @@ def run(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _transformers_version() -> str | None:
+    """From package metadata: importing transformers only for its version cost seconds."""
     try:
-        return importlib.import_module("transformers").__version__
-    except ImportError:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
         return None
 
 
