@@ -25,6 +25,15 @@ class UsageError(Exception):
     """Bad input found on the probed side (no such module, impossible shape, no CUDA, ...)."""
 
 
+class MissingPackage(UsageError):
+    """The probe needs a package the probed interpreter lacks. Asked for directly, that is bad input;
+    in the gate, it means the probe does not apply there (no triton: no autotuner to race)."""
+
+    def __init__(self, package: str, message: str) -> None:
+        super().__init__(message)
+        self.package = package
+
+
 def resolve_device(requested: str) -> str:
     """`auto` becomes cuda where torch sees a GPU; cuda where it sees none is bad input."""
     import torch
@@ -57,6 +66,8 @@ def probe_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         payload = run(config)
     except UsageError as exc:
         payload = {"usage_error": str(exc)}
+        if isinstance(exc, MissingPackage):
+            payload["missing_package"] = exc.package
     except Exception as exc:  # the probe's own failure: still a document, so the doctor can say what broke
         payload = {
             "probe_error": f"{type(exc).__name__}: {exc}",

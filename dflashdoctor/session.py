@@ -11,7 +11,7 @@ from typing import Any
 
 from dflashdoctor import __version__
 from dflashdoctor.codes import finding
-from dflashdoctor.errors import BadInput
+from dflashdoctor.errors import BadInput, MissingPackage
 from dflashdoctor.remote import SshTarget
 from dflashdoctor.report import ProbeResult, Report
 from dflashdoctor.runner import ProbeRun, resolve_python, run_probe
@@ -68,6 +68,8 @@ def probe_payload(run: ProbeRun) -> dict[str, Any] | None:
     """The probe's observations; a usage error found on the probed side becomes BadInput."""
     if run.payload is None:
         return None
+    if "missing_package" in run.payload:
+        raise MissingPackage(run.payload["missing_package"], run.payload["usage_error"])
     if "usage_error" in run.payload:
         raise BadInput(run.payload["usage_error"])
     return run.payload

@@ -24,7 +24,7 @@ from dflashdoctor.autotune.kernel_runs import kernel_trials
 from dflashdoctor.autotune.processes import run_processes
 from dflashdoctor.autotune.stub_kernel import autotuned_add, launch
 from dflashdoctor.autotune.trials import run_trial
-from dflashdoctor.probe_support import UsageError, probe_main
+from dflashdoctor.probe_support import MissingPackage, probe_main
 from dflashdoctor.reference import target_pairs
 from dflashdoctor.targets import resolve
 
@@ -82,7 +82,7 @@ def _real_kernels(settings: dict[str, Any], observations: dict[str, Any]) -> Non
 
 def run(settings: dict[str, Any]) -> dict[str, Any]:
     if _version("triton") is None:
-        raise UsageError("triton is not importable in the probed interpreter: `pip install triton`")
+        raise MissingPackage("triton", "triton is not importable in the probed interpreter: `pip install triton`")
     threads, fix, seed, kernel = settings["threads"], settings["fix"], settings["seed"], settings["kernel"]
     observations: dict[str, Any] = {
         "python": sys.version.split()[0],

@@ -18,6 +18,7 @@ from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compi
 from dflashdoctor.commands.env import EnvOptions, env
 from dflashdoctor.commands.race import RaceOptions, race
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
+from dflashdoctor.errors import MissingPackage
 from dflashdoctor.gate.config import GateConfig, load_config
 from dflashdoctor.gate.verdicts import apply_budgets, drop_repeated_findings, judge_race_for_pipeline
 from dflashdoctor.report import Check, ProbeResult, Report
@@ -38,7 +39,7 @@ def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -
     """One probe's own report, run as its command would run it."""
     argv = ["dflashdoctor", "gate", name]
     if name == "cache" and ssh is not None:
-        return _not_here(argv, "cache check reads files on this machine; run `dflashdoctor cache check` there")
+        return _skipped(argv, name, "cache check reads files on this machine; run `dflashdoctor cache check` there")
     runners: dict[str, Callable[[], Report]] = {
         "env": lambda: env(EnvOptions(python=python, ssh=ssh), argv),
         "check-compile": lambda: check_compile(
@@ -74,12 +75,18 @@ def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -
             argv,
         ),
     }
-    return runners[name]()
+    try:
+        return runners[name]()
+    except MissingPackage as exc:
+        if (name, exc.package) != ("race", "triton"):
+            raise
+        return _skipped(argv, name, "triton is not installed in the probed interpreter: no triton autotuner to race")
 
 
-def _not_here(argv: list[str], why: str) -> Report:
+def _skipped(argv: list[str], probe: str, why: str) -> Report:
+    """A section for a probe that does not apply here: shown, with why, and never a failure."""
     report = new_report("gate", argv)
-    report.results.append(ProbeResult(probe="cache", status="skipped", checks=[Check("cache", "skip", why)]))
+    report.results.append(ProbeResult(probe=probe, status="skipped", checks=[Check(probe, "skip", why)]))
     return report
 
 
@@ -96,6 +103,9 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
         reports = list(pool.map(lambda name: _probe(name, config, options.python, options.ssh), config.probes))
     for name, sub in zip(config.probes, reports, strict=True):
         for result in sub.results:
+            if result.status == "skipped":  # nothing ran: no budget or pipeline verdict applies
+                report.results.append(result)
+                continue
             if name == "race":
                 judge_race_for_pipeline(result, config)
             if name in ("check-compile", "trace-attention"):
