@@ -28,13 +28,14 @@ FLOOR = "import torch\nif torch.cuda.is_available():\n    torch.zeros(1, device=
 
 
 def _timed(argv: list[str], cache: Path, cwd: Path) -> float:
+    """Seconds; a gate that fails is still timed (its report is kept), and its exit is printed."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     started = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=cwd)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
-        sys.exit(f"{' '.join(argv[:4])} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        print(f"{' '.join(argv[2:4])} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-1000:]}")
     return elapsed
 
 
@@ -53,16 +54,18 @@ def main() -> None:
         work = Path(tmp)
         sequential = work / "sequential.toml"
         sequential.write_text("parallel = false\n")
-        for repeat in range(args.repeats):
-            cache = work / f"cache-{repeat}"
-            runs["cold"].append(_gate(work, cache, work / "cold", None))
-            runs["warm"].append(_gate(work, cache, work / "warm", None))
-            runs["warm, one after another"].append(_gate(work, cache, work / "sequential", sequential))
-            runs["floor"].append(_timed([sys.executable, "-c", FLOOR], cache, work))
-            print(f"repeat {repeat}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in runs.items()), flush=True)
-        if args.keep:
+        try:
+            for repeat in range(args.repeats):
+                cache = work / f"cache-{repeat}"
+                runs["cold"].append(_gate(work, cache, work / "cold", None))
+                runs["warm"].append(_gate(work, cache, work / "warm", None))
+                runs["warm, one after another"].append(_gate(work, cache, work / "sequential", sequential))
+                runs["floor"].append(_timed([sys.executable, "-c", FLOOR], cache, work))
+                print(f"repeat {repeat}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in runs.items()), flush=True)
+        finally:
             for name in ("cold", "warm", "sequential"):
-                shutil.copytree(work / name, args.keep / f"gate-{name}", dirs_exist_ok=True)
+                if args.keep and (work / name).is_dir():
+                    shutil.copytree(work / name, args.keep / f"gate-{name}", dirs_exist_ok=True)
     medians = {k: statistics.median(v) for k, v in runs.items()}
     for name, median in medians.items():
         print(f"{name:>24}: median {median:6.1f} s   runs {', '.join(f'{t:.1f}' for t in runs[name])}")

@@ -155,17 +155,10 @@ class DrafterDimensions:
 
 
 def drafter_dimensions(preset: str, scale: str) -> DrafterDimensions:
-    """A preset's attention dimensions at `scale`, read from the preset itself: importing
-    transformers to build its config took about 3 s of a warm gate's trace-attention on an H200."""
+    """A preset's attention dimensions at `scale`, read from the preset itself (which sets all five):
+    importing transformers to build its config cost seconds of a warm gate's longest probe."""
     kwargs = {**PRESETS[preset].full, **(PRESETS[preset].tiny if scale == "tiny" else {})}
-    heads = kwargs["num_attention_heads"]
-    return DrafterDimensions(
-        kwargs["num_hidden_layers"],
-        kwargs["hidden_size"],
-        heads,
-        kwargs.get("num_key_value_heads", heads),
-        kwargs.get("head_dim", kwargs["hidden_size"] // heads),
-    )
+    return DrafterDimensions(**{name: kwargs[name] for name in DrafterDimensions.__dataclass_fields__})
 
 
 def build_config(spec: str, scale: str) -> Any:

@@ -15,6 +15,7 @@ TARGET, real kernels instead: `trials` trials, each in a fresh process with fres
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from typing import Any
 
@@ -24,7 +25,7 @@ from dflashdoctor.autotune.kernel_runs import kernel_trials
 from dflashdoctor.autotune.processes import run_processes
 from dflashdoctor.autotune.stub_kernel import autotuned_add, launch
 from dflashdoctor.autotune.trials import run_trial
-from dflashdoctor.probe_support import MissingPackage, probe_main
+from dflashdoctor.probe_support import MissingPackage, UsageError, probe_main
 from dflashdoctor.reference import target_pairs
 from dflashdoctor.targets import resolve
 
@@ -81,8 +82,12 @@ def _real_kernels(settings: dict[str, Any], observations: dict[str, Any]) -> Non
 
 
 def run(settings: dict[str, Any]) -> dict[str, Any]:
-    if _version("triton") is None:
+    if importlib.util.find_spec("triton") is None:
         raise MissingPackage("triton", "triton is not importable in the probed interpreter: `pip install triton`")
+    try:
+        importlib.import_module("triton")
+    except Exception as exc:  # installed but broken: a problem to show, not a probe to skip
+        raise UsageError(f"triton is installed but fails to import: {type(exc).__name__}: {exc}") from exc
     threads, fix, seed, kernel = settings["threads"], settings["fix"], settings["seed"], settings["kernel"]
     observations: dict[str, Any] = {
         "python": sys.version.split()[0],

@@ -219,7 +219,7 @@ def _trace_drafter(
     context_len = settings["seq_len"]
     blocks = max(_MIN_DRAFT_BLOCKS, context_len // (4 * BLOCK_SIZE))
     # Only the hf-flex-path fault calls into transformers: the other drafters leave it unimported
-    # (on an H200 that import was about 3 s of the gate's longest probe).
+    # (on an H200 that import cost seconds of the gate's longest probe).
     through_hf = settings.get("drafter_fault") == "hf-flex-path" or "transformers" in sys.modules
     if through_hf:
         _bind_transformers_first()
@@ -243,9 +243,9 @@ def _trace_drafter(
         "backward": backward,
         "q_len": blocks * BLOCK_SIZE,
         "context_len": context_len,
-        "sites": [site.to_dict() for site in hf.sites.values()] if hf else [],
+        "sites": [site.to_dict() for site in hf.sites.values()] if hf is not None else [],
         "flex_sites": [site.to_dict() for site in flex.sites.values()],
-        "hook_unavailable": hf.unavailable if hf else None,
+        "hook_unavailable": hf.unavailable if hf is not None else None,
     }
 
 

@@ -5,6 +5,7 @@
 #   OUT=/some/dir REPEATS=2 bash scripts/gpu_gate_evidence.sh
 # The last repeat's report folders, the timings and the profile land in $OUT/gate-evidence.tgz.
 set -uo pipefail
+: "${OUT:?set OUT to the folder the evidence goes to}"
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 work=$(mktemp -d)

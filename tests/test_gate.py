@@ -167,6 +167,10 @@ def venv_without_triton(tmp_path_factory) -> str:
     done = subprocess.run([python, "-m", "pip", "install", "-q", requirement], capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"could not install {requirement} into a new venv: {done.stderr.strip()[-300:]}")
+    # A CUDA torch from PyPI brings triton along; a CPU-only one does not: make it so either way.
+    subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "triton"], capture_output=True)
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('triton') is not None)"
+    assert subprocess.run([python, "-c", probe]).returncode == 0
     return python
 
 
@@ -177,3 +181,11 @@ def test_gate_skips_the_race_where_triton_is_not_installed(tmp_path, venv_withou
     assert race["status"] == "skipped" and "no triton autotuner to race" in race["checks"][0]["summary"]
     asked = run_cli(tmp_path, "race", "--python", venv_without_triton)  # asked for directly: bad input
     assert asked.code == 2 and asked.stderr.strip().startswith("dflashdoctor: triton is not importable")
+
+
+def test_env_survives_a_cache_root_inside_a_symlink_loop(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    run = run_cli(tmp_path, "env", env={"TRITON_CACHE_DIR": str(tmp_path / "a" / "cache")})
+    assert run.code == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.report["results"][0]["status"] == "pass"

@@ -52,6 +52,20 @@ def test_raw_call_through_the_stand_in_is_recorded_with_its_module():
     assert first.score_matrix_bytes == 1 * 2 * 32 * 32 * 4
 
 
+def test_a_call_that_raises_raises_as_it_would_unrecorded():
+    """The call is counted, but the program sees its own exception, not one from the recording."""
+    k = torch.randn(1, 2, 32, 16)
+    with pytest.raises(Exception) as plain:
+        flex_module.flex_attention((k,), k, k)
+    dense = DenseFlexRecorder()
+    recorder = FlexCallRecorder(dense, ModuleNamer())
+    with dense, recorder, pytest.raises(type(plain.value)) as recorded:
+        flex_module.flex_attention((k,), k, k)
+    assert str(recorded.value) == str(plain.value)
+    (site,) = recorder.sites.values()
+    assert site.file == __file__
+
+
 @pytest.mark.gpu
 def test_dense_backward_is_charged_to_the_forward_call_that_caused_it():
     # flex_attention refuses inputs that require grad on the CPU, even eagerly. The dense backward

@@ -178,10 +178,10 @@ def test_drafter_step_runs_every_flex_call_through_the_user_wrapper(cli):
 
 
 def test_drafter_on_hf_flex_path_bypasses_the_wrapper(cli):
+    # Drafter alone: transformers is imported for this fault only, and must be bound before the
+    # flex recorder all the same.
     run = cli(
         "trace-attention",
-        "--model",
-        "qwen27b",
         "--drafter",
         "--drafter-fault",
         "hf-flex-path",

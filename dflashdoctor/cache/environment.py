@@ -30,7 +30,10 @@ def mount_of(path: Path, mounts_file: Path = Path("/proc/mounts")) -> tuple[str,
         lines = mounts_file.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    target = str(path.resolve())
+    try:
+        target = str(path.resolve())
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError on Python 3.11)
+        target = os.path.abspath(path)
     best: tuple[str, str] | None = None
     for line in lines:
         fields = line.split()

@@ -84,12 +84,17 @@ def judge_race_for_pipeline(result: ProbeResult, config: GateConfig) -> None:
 
 
 def drop_repeated_findings(results: list[ProbeResult]) -> None:
-    """A finding two sections make alike (env and cache check both see a cache root on NFS) is kept
-    once, in the later section: the dedicated probe, with the fuller evidence."""
-    seen: set[tuple[str, str]] = set()
-    for result in reversed(results):
-        kept = [f for f in result.findings if (f.code, f.title) not in seen]
-        seen.update((f.code, f.title) for f in result.findings)
+    """env looks at everything a little; a finding it makes alike with a dedicated probe (env and
+    cache check both see a cache root on NFS) is kept once, in the dedicated probe's section, with
+    the fuller evidence, whatever the order of `probes`."""
+    elsewhere = {(f.code, f.title) for r in results if r.probe != "env" for f in r.findings}
+    for result in results:
+        if result.probe != "env":
+            continue
+        kept = [f for f in result.findings if (f.code, f.title) not in elsewhere]
         if len(kept) != len(result.findings):
             result.findings = kept
+            for check in result.checks:
+                if check.codes and not any(f.code in check.codes for f in kept):
+                    check.summary += " (the finding is in another section of this report)"
             _settle(result)

@@ -23,10 +23,10 @@ def mask_sparsity_pct(mask: Any) -> float | None:
         partial = mask.kv_num_blocks
         full = mask.full_kv_num_blocks
         kv_len, kv_block = mask.seq_lengths[1], mask.BLOCK_SIZE[1]
-    except AttributeError:
+        tiles = partial.numel() * math.ceil(kv_len / kv_block)
+        computed = int(partial.sum()) + (int(full.sum()) if full is not None else 0)
+    except Exception:  # not a BlockMask, or the device is in an error state (after an OOM or an assert)
         return None
-    tiles = partial.numel() * math.ceil(kv_len / kv_block)
-    computed = int(partial.sum()) + (int(full.sum()) if full is not None else 0)
     return round(100.0 * (1 - computed / tiles), 2) if tiles else None
 
 

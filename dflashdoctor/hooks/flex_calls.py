@@ -18,6 +18,7 @@ Probed side: standard library and torch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -169,14 +170,21 @@ class FlexCallRecorder:
             if self.on_call is not None:
                 self.on_call(site, True)
             before = self.dense.mark()
-            try:
-                out = fn(query, key, value, *args, **kwargs)
-            finally:  # also when the call raised (an OOM, --strict): its dense kernel is this site's
+
+            def observe() -> None:
                 if self.on_call is not None:
                     self.on_call(site, False)
                 mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
                 dense = self.dense.events_since(before)
                 site.observe(query, key, mask, training=bool(query.requires_grad), dense=dense)
+
+            try:
+                out = fn(query, key, value, *args, **kwargs)
+            except BaseException:  # an OOM, --strict: counted, its dense kernel is this site's
+                with contextlib.suppress(Exception):  # but the program sees its own exception
+                    observe()
+                raise
+            observe()
             self.dense.watch_backward(out, site)
             return out
 

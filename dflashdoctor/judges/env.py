@@ -106,7 +106,7 @@ class EnvJudge(Judge):
         for root in shared:
             self.findings.append(shared_filesystem_finding(root["kind"], root["path"], root, {"root": root["path"]}))
         if shared:
-            summary = f"{len(shared)} cache roots on a network filesystem"
+            summary = f"{len(shared)} cache root{'s' if len(shared) > 1 else ''} on a network filesystem"
             self._check("cache places", "warn", summary, "cache-shared-filesystem")
 
     def _recompile_limit(self) -> None:
