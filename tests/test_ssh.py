@@ -162,3 +162,5 @@ def test_a_cache_root_on_a_network_filesystem_is_named_once(tmp_path, sshfs_fold
     gate = run_cli(tmp_path, "gate", env=variables)
     found = [(r["probe"], f["title"]) for r in gate.report["results"] for f in r["findings"]]
     assert [probe for probe, title in found if "fuse.sshfs" in title] == ["cache"], found
+    env_checks = {c["name"]: c["summary"] for c in gate.report["results"][1]["checks"]}
+    assert "in another section" in env_checks["cache places"] and "another" not in env_checks["hazards"]

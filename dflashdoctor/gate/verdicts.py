@@ -92,9 +92,10 @@ def drop_repeated_findings(results: list[ProbeResult]) -> None:
         if result.probe != "env":
             continue
         kept = [f for f in result.findings if (f.code, f.title) not in elsewhere]
-        if len(kept) != len(result.findings):
+        moved = {f.code for f in result.findings} - {f.code for f in kept}
+        if moved:
             result.findings = kept
             for check in result.checks:
-                if check.codes and not any(f.code in check.codes for f in kept):
+                if moved & set(check.codes):
                     check.summary += " (the finding is in another section of this report)"
             _settle(result)
