@@ -109,6 +109,11 @@ def test_pyproject_table_is_read_and_flags_override_it(tmp_path):
         ('max_recompiles = "three"\n', "max_recompiles in {toml} must be int, not str"),
         ('probes = ["check-compile", "lint"]\n', "unknown probe 'lint' in probes; expected some of "),
         ("max_recompiles = [\n", "{toml} is not valid TOML: "),
+        ('mask = "diagonal"\n', "unknown mask 'diagonal'; expected one of dflash, causal, none"),
+        ("[shape]\nwidth = 3\n", "unknown key 'width' in shape; known keys: batch, heads, "),
+        ('[shape]\nheads = "many"\n', "shape.heads must be a whole number above 0, not 'many'"),
+        ('[shape]\ndtype = "int8"\n', "shape.dtype 'int8' is not one of bfloat16, "),
+        ('shape = "big"\n', "shape in {toml} must be dict[str, Any], not str"),
     ],
 )
 def test_bad_configuration_is_one_line_and_exit_2(tmp_path, config, message):
@@ -116,6 +121,15 @@ def test_bad_configuration_is_one_line_and_exit_2(tmp_path, config, message):
     assert run.code == 2
     assert run.stderr.startswith("dflashdoctor: " + message.format(toml=tmp_path / "dflashdoctor.toml"))
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_shape_and_mask_from_the_configuration_reach_check_compile(tmp_path):
+    config = 'probes = ["check-compile"]\nmask = "causal"\nvary = 2\n[shape]\nheads = 4\nkv_heads = 2\nq_len = 128\n'
+    run = gate(tmp_path, config=config)
+    assert run.code == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    measured = run.report["results"][0]["measurements"]
+    assert (measured["shape"]["heads"], measured["shape"]["kv_heads"], measured["shape"]["q_len"]) == (4, 2, 128)
+    assert measured["mask"] == "causal" and len(measured["vary"]) == 2
 
 
 def test_env_reports_versions_and_hazards_and_redacts_secrets(tmp_path):

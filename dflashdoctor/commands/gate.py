@@ -46,6 +46,9 @@ def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -
             CheckCompileOptions(
                 target=config.target,
                 device=config.device,
+                shape=config.shape,
+                mask=config.mask,
+                vary=config.vary,
                 max_recompiles=config.max_recompiles,
                 python=python,
                 ssh=ssh,

@@ -11,15 +11,19 @@ from typing import Any
 
 from dflashdoctor.errors import BadInput
 from dflashdoctor.reference import DEFAULT_TARGET
-from dflashdoctor.shapes import DEVICES
+from dflashdoctor.shapes import DEVICES, DTYPES, MASKS
 
 PROBES = ("env", "check-compile", "trace-attention", "race", "cache")
+SHAPE_KEYS = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype")  # check-compile's options
 
 
 @dataclass
 class GateConfig:
     target: str = DEFAULT_TARGET  # the flex_attention wrapper check-compile judges
     device: str = "auto"
+    shape: dict[str, Any] = field(default_factory=dict)  # check-compile's shape; unset keys: the device's default
+    mask: str = "dflash"  # check-compile's mask: dflash, causal or none
+    vary: int = 10  # check-compile: this many more context lengths
     model: str | None = None  # a trace-attention model preset; None traces the reference drafter step
     expect_wrapper: str | None = None  # trace-attention: every flex call must go through this
     probes: list[str] = field(default_factory=lambda: list(PROBES))
@@ -42,8 +46,23 @@ class GateConfig:
             raise BadInput(f"probes is empty: name at least one of {', '.join(PROBES)}")
         if self.device not in DEVICES:
             raise BadInput(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
+        if self.mask not in MASKS:
+            raise BadInput(f"unknown mask {self.mask!r}; expected one of {', '.join(MASKS)}")
+        if self.vary < 0:
+            raise BadInput("vary must be at least 0")
+        self._validate_shape()
         if self.timeout <= 0 or self.max_recompiles < 0 or self.max_graph_breaks < 0:
             raise BadInput("timeout must be above 0, and max_recompiles and max_graph_breaks at least 0")
+
+    def _validate_shape(self) -> None:
+        for key, value in self.shape.items():
+            if key not in SHAPE_KEYS:
+                raise BadInput(f"unknown key {key!r} in shape; known keys: {', '.join(SHAPE_KEYS)}")
+            if key == "dtype":
+                if value not in DTYPES:
+                    raise BadInput(f"shape.dtype {value!r} is not one of {', '.join(DTYPES)}")
+            elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise BadInput(f"shape.{key} must be a whole number above 0, not {value!r}")
 
 
 _TYPES = {
@@ -54,6 +73,7 @@ _TYPES = {
     "float | None": (int, float, type(None)),
     "bool": (bool,),
     "list[str]": (list,),
+    "dict[str, Any]": (dict,),
 }
 
 
