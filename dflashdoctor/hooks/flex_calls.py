@@ -170,26 +170,25 @@ class FlexCallRecorder:
             if self.on_call is not None:
                 self.on_call(site, True)
             before = self.dense.mark()
-
-            def observe() -> None:
-                if self.on_call is not None:
-                    self.on_call(site, False)
-                mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
-                dense = self.dense.events_since(before)
-                site.observe(query, key, mask, training=bool(query.requires_grad), dense=dense)
-
+            mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
             try:
                 out = fn(query, key, value, *args, **kwargs)
             except BaseException:  # an OOM, --strict: counted, its dense kernel is this site's
                 with contextlib.suppress(Exception):  # but the program sees its own exception
-                    observe()
+                    self._call_ended(site, query, key, mask, before)
                 raise
-            observe()
+            self._call_ended(site, query, key, mask, before)
             self.dense.watch_backward(out, site)
             return out
 
         self._wrappers[id(recording_flex)] = recording_flex
         return recording_flex
+
+    def _call_ended(self, site: FlexSite, query: Any, key: Any, mask: Any, before: int) -> None:
+        """A method, not a closure per call: this runs inside the user's training step."""
+        if self.on_call is not None:
+            self.on_call(site, False)
+        site.observe(query, key, mask, training=bool(query.requires_grad), dense=self.dense.events_since(before))
 
     def name_wrappers(self, namespaces: dict[str, dict[str, Any]]) -> None:
         """Find the names each recording wrapper is bound to: `label:attr` for a module-level name,
