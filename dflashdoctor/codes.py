@@ -24,6 +24,10 @@ CODES: dict[str, tuple[Severity, str]] = {
     "target-raised": ("error", "the target raised an exception when called with valid inputs"),
     "oom": ("error", "the run ran out of memory; evidence names the last attention calls and memory"),
     "env-hazard": ("warning", "a variable that is set makes training slow or silently uncompiled"),
+    "bytecode-not-cached": (
+        "warning",
+        "installed packages have no compiled bytecode and none is written: every process compiles them",
+    ),
     "budget-exceeded": ("error", "the gate measured more than its configured budget allows"),
     "uncaught-exception": ("error", "a process of the run raised an exception nothing caught; names the module"),
     "instrumentation-unavailable": (

@@ -2,8 +2,9 @@
 
 Versions (read from package metadata where importing would be costly or could fail: triton,
 transformers and fla are never imported), the GPUs torch sees, the knobs set in the environment,
-dynamo's recompile limit, and the cache roots with their sizes and filesystems (on this machine:
-with `--ssh` the probed side is another one). The doctor redacts and judges; nothing here decides.
+dynamo's recompile limit, the cache roots with their sizes and filesystems (on this machine:
+with `--ssh` the probed side is another one), and whether the big packages' bytecode is compiled
+or can be written (and how long importing torch then took). The doctor redacts and judges; nothing here decides.
 """
 
 from __future__ import annotations
@@ -13,16 +14,20 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.bytecode import interpreter_bytecode, package_bytecode
 from dflashdoctor.cache.environment import NETWORK_FILESYSTEMS, mount_of
 from dflashdoctor.cache.roots import resolve_roots
 from dflashdoctor.probe_support import probe_main
 
 VARIABLE_PREFIXES = ("TORCH", "TRITON", "FLA_", "CUDA", "NCCL", "PYTORCH", "HF_", "TRANSFORMERS", "NVIDIA", "OMP_")
 _PACKAGES = ("torch", "triton", "transformers", "fla-core", "flash-linear-attention", "numpy", "dflashdoctor")
+# import names of the packages every process of a compiled-attention run imports
+_BYTECODE_PACKAGES = ("torch", "triton", "transformers", "fla")
 
 
 def _version(package: str) -> str | None:
@@ -46,7 +51,10 @@ def _driver() -> str | None:
 
 
 def _torch() -> dict[str, Any]:
+    started = time.perf_counter()
     import torch
+
+    import_s = time.perf_counter() - started
 
     gpus = []
     if torch.cuda.is_available():
@@ -70,6 +78,7 @@ def _torch() -> dict[str, Any]:
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "torch": torch.__version__,
+        "import_torch_s": round(import_s, 3),
         "cuda": torch.version.cuda,
         "cudnn": cudnn,
         "cuda_available": torch.cuda.is_available(),
@@ -115,6 +124,8 @@ def run(_settings: dict[str, Any]) -> dict[str, Any]:
         "driver": _driver(),
         "variables": {k: v for k, v in sorted(os.environ.items()) if k.startswith(VARIABLE_PREFIXES)},
         "cache_roots": _cache_roots(),
+        # before torch is imported: nothing written by this probe's own imports is counted
+        "bytecode": interpreter_bytecode() | {"packages": [p for p in map(package_bytecode, _BYTECODE_PACKAGES) if p]},
         **_torch(),
     }
 

@@ -7,17 +7,21 @@ to be pasted into bug reports.
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.cache import shared_filesystem_finding
-from dflashdoctor.report import ProbeResult
+from dflashdoctor.report import Finding, ProbeResult
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|AUTH", re.IGNORECASE)
 _SECRET_VALUE = re.compile(r"^(hf_|ghp_|gho_|github_pat_|sk-|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}")
 REDACTED = "<redacted>"
 DEFAULT_RECOMPILE_LIMIT = 8
+# below this share of a package's modules with current bytecode, its imports compile from source
+# (a few modules of a big package may never compile: tests, files for other Python versions)
+_CACHED_ENOUGH = 0.9
 
 # (variable, the value that bites or None for any, why, what to do)
 _HAZARDS: tuple[tuple[str, str | None, str, str], ...] = (
@@ -77,6 +81,7 @@ class EnvJudge(Judge):
         variables = redact(obs.get("variables") or {})
         self._hazards(variables)
         self._shared_roots()
+        self._bytecode()
         self._recompile_limit()
         self.measurements.update({k: v for k, v in obs.items() if k not in ("variables", "cache_roots")})
         self.measurements.update(variables=variables, cache_roots=self.cache_roots)
@@ -108,6 +113,51 @@ class EnvJudge(Judge):
         if shared:
             summary = f"{len(shared)} cache root{'s' if len(shared) > 1 else ''} on a network filesystem"
             self._check("cache places", "warn", summary, "cache-shared-filesystem")
+
+    def _bytecode(self) -> None:
+        state = self.obs.get("bytecode")
+        if not state or not state["packages"]:
+            return
+        packages = state["packages"]
+        counts = ", ".join(f"{p['package']} {p['cached']}/{p['modules']}" for p in packages)
+        uncached = [p for p in packages if p["modules"] and p["cached"] / p["modules"] < _CACHED_ENOUGH]
+        stuck = [p for p in uncached if not p["writable"]]
+        if not uncached:
+            self._check("bytecode", "pass", f"compiled bytecode for the modules of {counts}")
+        elif not stuck:
+            self._check("bytecode", "info", f"{counts} modules compiled: the first import writes the rest")
+        else:
+            self.findings.append(self._bytecode_finding(state, stuck, counts))
+            self._check("bytecode", "warn", f"{counts} modules compiled, and none is written", "bytecode-not-cached")
+
+    def _bytecode_finding(self, state: dict[str, Any], stuck: list[dict[str, Any]], counts: str) -> Finding:
+        names = ", ".join(p["package"] for p in stuck)
+        if state["PYTHONDONTWRITEBYTECODE"]:
+            why = "PYTHONDONTWRITEBYTECODE is set"
+        elif state["dont_write_bytecode"]:
+            why = "the interpreter runs with -B"
+        else:
+            why = "their folders are not writable"
+        took = self.obs.get("import_torch_s")
+        stuck_torch = any(p["package"] == "torch" for p in stuck)
+        cost = f" Importing torch took {took:.1f} s in this probe." if stuck_torch and took is not None else ""
+        python = self.obs.get("executable") or "python"
+        return finding(
+            "bytecode-not-cached",
+            f"{names}: no compiled bytecode, and none is written ({why}): every process compiles them",
+            detail=(
+                f"Modules with current bytecode: {counts}. Python compiles a module's source on every import that "
+                f"finds no current bytecode, and {why}, so each process of a run (every rank, every Inductor "
+                f"compile-worker pool, every DataLoader worker started by spawn) compiles {names} again before it "
+                f"does any work.{cost}"
+            ),
+            evidence={"packages": stuck, **{k: v for k, v in state.items() if k != "packages"}},
+            fix=(
+                "Compile them once where they are installed (in the image's build step, after pip install): "
+                + " && ".join(f"{shlex.quote(python)} -m compileall -q -j 0 {shlex.quote(p['path'])}" for p in stuck)
+                + ". Python reads that bytecode even with PYTHONDONTWRITEBYTECODE set."
+            ),
+        )
 
     def _recompile_limit(self) -> None:
         limit = self.obs.get("recompile_limit")

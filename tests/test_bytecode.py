@@ -1,0 +1,89 @@
+"""`env`'s bytecode check on real packages: a copy of the installed transformers with no bytecode,
+found first on the probed interpreter's path, under PYTHONDONTWRITEBYTECODE=1 as container images set
+it; the finding's own fix command run as written; bytecode made stale by editing a source file."""
+
+from __future__ import annotations
+
+import os
+import py_compile
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dflashdoctor.bytecode import package_bytecode
+from tests.conftest import run_cli
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture
+def transformers_without_bytecode(tmp_path: Path) -> Path:
+    """The installed transformers' sources, copied without any `__pycache__`."""
+    copy = tmp_path / "site" / "transformers"
+    shutil.copytree(Path(transformers.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def _bytecode_check(run) -> dict:
+    (env,) = run.report["results"]
+    (check,) = [c for c in env["checks"] if c["name"] == "bytecode"]
+    return check
+
+
+def test_env_reports_packages_with_no_bytecode_that_none_will_write_and_its_fix_works(
+    tmp_path, transformers_without_bytecode
+):
+    site = transformers_without_bytecode.parent
+    env = {"PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
+    run = run_cli(tmp_path, "env", env=env)
+    assert run.code == 0, run.stderr
+    (found,) = run.findings("bytecode-not-cached")
+    assert found["severity"] == "warning"
+    assert found["title"].startswith("transformers: no compiled bytecode")
+    assert "PYTHONDONTWRITEBYTECODE is set" in found["title"]
+    (package,) = found["evidence"]["packages"]
+    assert package["path"] == str(transformers_without_bytecode)
+    assert package["cached"] == 0 and package["modules"] > 1000 and package["writable"] is False
+    assert found["evidence"]["dont_write_bytecode"] is True
+    assert _bytecode_check(run)["status"] == "warn"
+    assert not list(transformers_without_bytecode.rglob("*.pyc"))  # the probe itself wrote nothing there
+
+    fix = found["fix"].split(": ", 1)[1].split(". Python reads")[0]
+    subprocess.run(["bash", "-c", fix], check=True, env={**os.environ, **env})
+    fixed = run_cli(tmp_path, "env", env=env)
+    assert not fixed.findings("bytecode-not-cached")
+    assert _bytecode_check(fixed)["status"] == "pass"
+
+
+def test_a_writable_install_without_bytecode_is_no_finding(tmp_path, transformers_without_bytecode):
+    # an empty PYTHONDONTWRITEBYTECODE is unset, for Python
+    env = {"PYTHONPATH": str(transformers_without_bytecode.parent), "PYTHONDONTWRITEBYTECODE": ""}
+    run = run_cli(tmp_path, "env", env=env)
+    assert not run.findings("bytecode-not-cached")
+    check = _bytecode_check(run)
+    assert check["status"] == "info" and "the first import writes the rest" in check["summary"]
+
+
+def test_bytecode_made_before_its_source_changed_is_not_current(tmp_path, monkeypatch):
+    package = tmp_path / "edited_pkg"
+    package.mkdir()
+    for name in ("__init__", "a", "b"):
+        (package / f"{name}.py").write_text(f"NAME = {name!r}\n")
+        py_compile.compile(str(package / f"{name}.py"), doraise=True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert package_bytecode("edited_pkg") | {"path": ""} == {
+        "package": "edited_pkg",
+        "path": "",
+        "modules": 3,
+        "cached": 3,
+        "writable": not sys.dont_write_bytecode,
+    }
+    later = time.time() + 10
+    (package / "a.py").write_text("NAME = 'edited'\n")
+    os.utime(package / "a.py", (later, later))
+    assert package_bytecode("edited_pkg")["cached"] == 2
+    assert package_bytecode("no_such_package_here") is None
