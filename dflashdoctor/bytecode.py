@@ -3,9 +3,9 @@
 Python compiles a module's source to bytecode on import and keeps it in `__pycache__`. Where no
 current bytecode is there and none may be written (PYTHONDONTWRITEBYTECODE, `python -B`, a
 read-only install), every process compiles torch, dynamo and Inductor from source again: on one
-H200 node's image that made `import torch` plus dynamo and Inductor 9-10 s per process, and a
-training job starts many (each rank, each Inductor compile worker). Standard library only: it runs
-on the probed side, before anything is imported.
+H200 node's image that made `import torch` plus dynamo and Inductor 9-15 s per process, against 6-7 s
+once compiled (benchmarks/README.md), and a training job starts many (each rank, each Inductor
+compile-worker pool). Standard library only: it runs on the probed side, before anything is imported.
 """
 
 from __future__ import annotations

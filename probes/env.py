@@ -4,7 +4,8 @@ Versions (read from package metadata where importing would be costly or could fa
 transformers and fla are never imported), the GPUs torch sees, the knobs set in the environment,
 dynamo's recompile limit, the cache roots with their sizes and filesystems (on this machine:
 with `--ssh` the probed side is another one), and whether the big packages' bytecode is compiled
-or can be written (and how long importing torch then took). The doctor redacts and judges; nothing here decides.
+or can be written (and how long importing torch then took). The doctor redacts and judges;
+nothing here decides.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dflashdoctor.bytecode import package_bytecode
-from tests.conftest import run_cli
+from tests.conftest import permissions_apply, run_cli
 
 transformers = pytest.importorskip("transformers")
 
@@ -66,6 +66,23 @@ def test_a_writable_install_without_bytecode_is_no_finding(tmp_path, transformer
     assert not run.findings("bytecode-not-cached")
     check = _bytecode_check(run)
     assert check["status"] == "info" and "the first import writes the rest" in check["summary"]
+
+
+def test_a_read_only_install_without_bytecode_is_reported_as_such(tmp_path, transformers_without_bytecode):
+    prefix = permissions_apply(tmp_path)
+    folders = [transformers_without_bytecode, *(p for p in transformers_without_bytecode.rglob("*") if p.is_dir())]
+    for folder in folders:
+        folder.chmod(0o555)
+    try:
+        env = {"PYTHONPATH": str(transformers_without_bytecode.parent), "PYTHONDONTWRITEBYTECODE": ""}
+        run = run_cli(tmp_path, "env", env=env, prefix=prefix)
+    finally:
+        for folder in folders:
+            folder.chmod(0o755)
+    (found,) = run.findings("bytecode-not-cached")
+    assert "(their folders are not writable)" in found["title"]
+    assert found["evidence"]["dont_write_bytecode"] is False
+    assert not list(transformers_without_bytecode.rglob("*.pyc"))
 
 
 def test_bytecode_made_before_its_source_changed_is_not_current(tmp_path, monkeypatch):

@@ -132,12 +132,12 @@ class EnvJudge(Judge):
 
     def _bytecode_finding(self, state: dict[str, Any], stuck: list[dict[str, Any]], counts: str) -> Finding:
         names = ", ".join(p["package"] for p in stuck)
-        if state["PYTHONDONTWRITEBYTECODE"]:
-            why = "PYTHONDONTWRITEBYTECODE is set"
-        elif state["dont_write_bytecode"]:
-            why = "the interpreter runs with -B"
-        else:
+        if not state["dont_write_bytecode"]:
             why = "their folders are not writable"
+        elif state["PYTHONDONTWRITEBYTECODE"]:
+            why = "PYTHONDONTWRITEBYTECODE is set"
+        else:
+            why = "the interpreter runs with -B"
         took = self.obs.get("import_torch_s")
         stuck_torch = any(p["package"] == "torch" for p in stuck)
         cost = f" Importing torch took {took:.1f} s in this probe." if stuck_torch and took is not None else ""
