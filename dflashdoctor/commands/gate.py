@@ -12,6 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dflashdoctor.commands.cache import CacheOptions, cache
 from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compile
@@ -40,6 +41,8 @@ def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -
     argv = ["dflashdoctor", "gate", name]
     if name == "cache" and ssh is not None:
         return _skipped(argv, name, "cache check reads files on this machine; run `dflashdoctor cache check` there")
+    # where and how long each probe runs (env keeps its own short timeout)
+    probed_side: dict[str, Any] = {"python": python, "ssh": ssh, "timeout_s": config.timeout}
     runners: dict[str, Callable[[], Report]] = {
         "env": lambda: env(EnvOptions(python=python, ssh=ssh), argv),
         "check-compile": lambda: check_compile(
@@ -50,9 +53,7 @@ def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -
                 mask=config.mask,
                 vary=config.vary,
                 max_recompiles=config.max_recompiles,
-                python=python,
-                ssh=ssh,
-                timeout_s=config.timeout,
+                **probed_side,
             ),
             argv,
         ),
@@ -62,13 +63,11 @@ def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -
                 drafter=config.model is None,
                 expect_wrapper=config.expect_wrapper,
                 device=config.device,
-                python=python,
-                ssh=ssh,
-                timeout_s=config.timeout,
+                **probed_side,
             ),
             argv,
         ),
-        "race": lambda: race(RaceOptions(python=python, ssh=ssh, timeout_s=config.timeout), argv),
+        "race": lambda: race(RaceOptions(**probed_side), argv),
         "cache": lambda: cache(
             CacheOptions(
                 "check",
