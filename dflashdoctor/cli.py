@@ -298,6 +298,10 @@ AllRootsOpt = Annotated[
     bool,
     typer.Option("--all-roots", help="Also the default roots the environment overrides, and their triton folders."),
 ]
+WaitOpt = Annotated[
+    float,
+    typer.Option("--wait", min=0, help="Seconds to wait while another fix or restore holds a root's lock."),
+]
 
 
 def _cache(options: CacheOptions, json_output: bool, report_dir: Path | None, verbose: bool) -> None:
@@ -323,28 +327,32 @@ def cache_fix(
     triton_dir: TritonDirOpt = None,
     inductor_dir: InductorDirOpt = None,
     all_roots: AllRootsOpt = False,
+    wait: WaitOpt = 300.0,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Move each broken entry, whole, into a quarantine beside its root, with a manifest. Deletes nothing."""
-    _cache(CacheOptions("fix", triton_dir, inductor_dir, all_roots), json_output, report_dir, verbose)
+    options = CacheOptions("fix", triton_dir, inductor_dir, all_roots, wait_s=wait)
+    _cache(options, json_output, report_dir, verbose)
 
 
 @cache_app.command("restore")
 def cache_restore(
     quarantine: Annotated[
-        Path | None, typer.Argument(help="A quarantine folder (default: the latest of each root).")
+        Path | None,
+        typer.Argument(help="A quarantine folder (default: every one of each root not yet restored, oldest first)."),
     ] = None,
     triton_dir: TritonDirOpt = None,
     inductor_dir: InductorDirOpt = None,
     all_roots: AllRootsOpt = False,
+    wait: WaitOpt = 300.0,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Put a quarantine's entries back, byte-identical (checked against its manifest)."""
-    options = CacheOptions("restore", triton_dir, inductor_dir, all_roots, quarantine)
+    """Put quarantined entries back, byte-identical (checked against their manifests)."""
+    options = CacheOptions("restore", triton_dir, inductor_dir, all_roots, quarantine, wait)
     _cache(options, json_output, report_dir, verbose)
 
 

@@ -53,6 +53,11 @@ CODES: dict[str, tuple[Severity, str]] = {
     "cache-not-writable": ("error", "the cache root cannot be written by this user"),
     "cache-quarantined": ("info", "`cache fix` moved broken entries into a quarantine, with a manifest"),
     "cache-restored": ("info", "`cache restore` put a quarantine's entries back"),
+    "cache-restore-incomplete": ("error", "after `cache restore` a moved entry is still out of place, or changed"),
+    "cache-quarantine-refused": (
+        "error",
+        "a quarantine or manifest not the user's own, writable by others, or naming paths outside: nothing moved",
+    ),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
     "child-failed": ("error", "the command under `run` exited non-zero or died by a signal"),
     "probe-crashed": ("error", "a probe crashed, hung or timed out (exit code 3)"),

@@ -141,3 +141,18 @@ def permissions_apply(tmp_path: Path) -> tuple[str, ...]:
     if not refused:
         pytest.skip("running as root, and setpriv cannot drop the read-override capabilities")
     return _NO_READ_OVERRIDE
+
+
+_NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all")
+
+
+def as_nobody(script: str) -> None:
+    """Runs a shell script as the unprivileged user `nobody` (uid 65534): another local user, for
+    attacks on a command root runs. Skips where this process cannot change user (not root, no setpriv)."""
+    if os.geteuid() != 0:
+        pytest.skip("acting as another local user needs root (setpriv to nobody)")
+    try:
+        done = subprocess.run([*_NOBODY, "sh", "-ec", script], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("setpriv (util-linux) is not installed")
+    assert done.returncode == 0, done.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dflashdoctor.cache import quarantine
+from dflashdoctor.cache import manifest, quarantine
 from dflashdoctor.cache.environment import mount_of
 from dflashdoctor.cache.triton_scan import scan_triton
 from tests import cache_tree
@@ -92,6 +92,11 @@ def test_symlink_loop_inside_the_cache_is_a_finding(tmp_path):
     assert found["where"]["file"] == str(folders[0]) and "link loop" in found["title"]
 
 
+def _quarantines(root: Path) -> list[Path]:
+    """The quarantine folders beside `root` that hold a manifest."""
+    return sorted(p.parent for p in quarantine.home_of(root).glob(f"*/{manifest.MANIFEST}"))
+
+
 def _damage_several(root: Path) -> list[Path]:
     folders = cache_tree.healthy_tree(root, 20)
     return [cache_tree.DAMAGE[name](folders[i]) for i, name in enumerate(sorted(cache_tree.DAMAGE))]
@@ -120,13 +125,14 @@ def test_fix_then_restore_gives_back_the_same_bytes(tmp_path):
 FIX_SLOWLY = """
 import sys
 from pathlib import Path
-from dflashdoctor.cache import quarantine
+from dflashdoctor.cache.quarantine import QuarantineHome
 from dflashdoctor.cache.triton_scan import scan_triton
 
 root = Path(sys.argv[1])
 problems = scan_triton(root, "test", None).problems
 print("scanned", flush=True)
-quarantine.quarantine(root, "triton", problems)
+with QuarantineHome.open(root, create=True) as home, home.lock(60):
+    home.quarantine("triton", problems)
 """
 
 
@@ -282,19 +288,31 @@ def test_a_move_that_fails_is_retried_by_the_next_fix_in_the_same_quarantine(tmp
             run = run_cli(tmp_path, "cache", "fix", "--triton-dir", str(root), prefix=prefix)
             assert run.code == 1, run.stdout + run.stderr
             assert [f["evidence"]["entry"] for f in run.findings("cache-corrupt-entry")] == [str(entries[0])]
-            assert entries[0].is_dir() and len(quarantine.quarantines(root)) == 1
+            assert entries[0].is_dir() and len(_quarantines(root)) == 1
     finally:
         entries[0].chmod(0o755)
     run = run_cli(tmp_path, "cache", "fix", "--triton-dir", str(root), prefix=prefix)
     assert run.code == 0, run.stdout + run.stderr
-    assert not entries[0].exists() and len(quarantine.quarantines(root)) == 1
+    assert not entries[0].exists() and len(_quarantines(root)) == 1
 
 
 def test_restore_of_a_damaged_manifest_exits_2(tmp_path):
-    (tmp_path / "manifest.json").write_text('{"schema": "dflashdoctor.quarantine/1", "entr')
+    (tmp_path / "triton").mkdir()
+    folder = quarantine.home_of(tmp_path / "triton") / "20261201T000000.000000Z"
+    folder.mkdir(parents=True, mode=0o700)
+    (folder / "manifest.json").write_text('{"schema": "dflashdoctor.quarantine/1", "entr')
+    run = check(tmp_path, "restore", str(folder))
+    assert run.code == 2
+    expected = f"dflashdoctor: {folder / 'manifest.json'} is not a readable quarantine manifest"
+    assert run.stderr.strip().startswith(expected) and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_restore_of_a_folder_outside_a_quarantine_exits_2(tmp_path):
+    """A folder with a manifest that does not sit beside a root: its root cannot be known."""
+    (tmp_path / "manifest.json").write_text("{}")
     run = check(tmp_path, "restore", str(tmp_path))
     assert run.code == 2
-    expected = f"dflashdoctor: {tmp_path / 'manifest.json'} is not a readable quarantine manifest"
+    expected = f"dflashdoctor: {tmp_path} is not a quarantine folder: it does not sit in a"
     assert run.stderr.strip().startswith(expected) and len(run.stderr.strip().splitlines()) == 1
 
 

@@ -1,29 +1,53 @@
 """Moving broken entries aside, whole, and putting them back byte-identical. Nothing is deleted.
 
 A fix writes its manifest first (every entry's original path, its files' sha256 and size, the
-reason), atomically, and only then moves entries, each with one `os.rename` (atomic on one
-filesystem; the quarantine sits beside the root for that reason). So the filesystem itself records
-how far a fix got: an entry is moved exactly when its stored copy exists and its original does not.
-A fix killed at any point is finished by the next `fix` and undone by `restore`, from the manifest.
+reason), atomically, and only then moves entries, each with one `rename` (atomic on one filesystem;
+the quarantine sits beside the root for that reason). So the filesystem itself records how far a fix
+got: an entry is moved exactly when its stored copy exists and its original does not. A fix killed at
+any point is finished by the next `fix` and undone by `restore`, from the manifest.
+
+The quarantine is trusted only as far as it is checked, because fix and restore move files for
+whoever runs them, often root, and a root's quarantine may sit in a world-writable folder (the
+default Inductor cache is in the temp folder). Its folders and manifests must belong to the user who
+runs the command (or root) and be writable by nobody else; new ones are made private (0700). Every
+path in a manifest must be a chain of plain names below the root (`original`) or below the
+quarantine (`stored`), walked without following links; a manifest with any entry that fails this
+is refused whole, and nothing of it moves.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import errno
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.cache import manifest as manifests
+from dflashdoctor.cache.inventory import inventory
+from dflashdoctor.cache.lock import root_lock
+from dflashdoctor.cache.manifest import ENTRIES, MANIFEST, Manifest, ManifestEntry, ManifestError, shown
 from dflashdoctor.cache.model import Problem
+from dflashdoctor.cache.safe_fs import (
+    PRIVATE_FOLDER,
+    Untrusted,
+    closing,
+    descend,
+    exists_in,
+    open_child_folder,
+    open_named_folder,
+    read_private_file,
+    refused_because,
+    untrusted_reason,
+    write_private_file,
+)
 
 SUFFIX = ".dflashdoctor-quarantine"
-MANIFEST = "manifest.json"
 RESTORED = "restored.json"
-SCHEMA = "dflashdoctor.quarantine/1"
 FIXABLE = ("corrupt", "incomplete", "orphan-tmp")  # stale entries are another triton's, not broken
 
 
@@ -31,58 +55,15 @@ def home_of(root: Path) -> Path:
     return root.parent / f"{root.name}{SUFFIX}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _inventory(path: Path) -> list[dict[str, Any]]:
-    """Every file of an entry (a folder or one file): relative path, size, sha256; links by target."""
-    if path.is_symlink() or path.is_file():
-        paths = [path]
-    else:
-        paths = sorted(p for p in path.rglob("*") if p.is_symlink() or p.is_file())
-    out = []
-    for p in paths:
-        rel = "." if p == path else str(p.relative_to(path))
-        if p.is_symlink():
-            out.append({"path": rel, "link": os.readlink(p)})
-        else:
-            out.append({"path": rel, "size": p.stat().st_size, "sha256": _sha256(p)})
-    return out
-
-
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    descriptor = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _outermost(problems: list[Problem]) -> list[Problem]:
-    """Entries to move: a temp folder inside a broken key folder moves with it, not on its own."""
-    chosen: list[Problem] = []
-    for problem in sorted(problems, key=lambda p: len(Path(p.entry).parts)):
-        path = Path(problem.entry)
-        if not any(path == Path(c.entry) or Path(c.entry) in path.parents for c in chosen):
-            chosen.append(problem)
-    return chosen
+def root_of(home: Path) -> Path | None:
+    """The root a quarantine folder (named `<root>.dflashdoctor-quarantine`) belongs to."""
+    return home.parent / home.name.removesuffix(SUFFIX) if home.name.endswith(SUFFIX) and home.name != SUFFIX else None
 
 
 @dataclass
 class EntryOutcome:
     original: str
-    state: str  # moved, already-moved, failed, restored, missing, conflict, changed
+    state: str  # moved, already-moved, failed, missing | restored, in-place, missing, conflict, changed, failed
     detail: str = ""
 
 
@@ -95,137 +76,365 @@ class QuarantineRun:
         return {"folder": self.folder, "outcomes": [o.__dict__ for o in self.outcomes]}
 
 
-def _state(entry: dict[str, Any], folder: Path) -> tuple[bool, bool]:
-    original, stored = Path(entry["original"]), folder / entry["stored"]
-    return os.path.lexists(original), os.path.lexists(stored)
+@dataclass
+class Refusal:
+    """A quarantine folder, or a manifest, not believed: nothing of it was moved."""
+
+    path: str
+    reasons: list[str]
 
 
-def _move_all(folder: Path, manifest: dict[str, Any]) -> QuarantineRun:
-    run = QuarantineRun(str(folder))
-    for entry in manifest["entries"]:
-        original, stored = Path(entry["original"]), folder / entry["stored"]
-        at_original, at_stored = _state(entry, folder)
-        if at_stored and not at_original:
-            run.outcomes.append(EntryOutcome(entry["original"], "already-moved"))
-            continue
-        if not at_original:
-            run.outcomes.append(EntryOutcome(entry["original"], "missing", "gone before it could be moved"))
-            continue
-        try:
-            stored.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(original, stored)
-        except OSError as exc:  # another filesystem, no permission: left where it is
-            run.outcomes.append(EntryOutcome(entry["original"], "failed", f"not moved: {exc.strerror}"))
-            continue
-        run.outcomes.append(EntryOutcome(entry["original"], "moved", entry["reason"]))
-    return run
+class Refused(Exception):
+    """A manifest with entries that cannot be believed."""
+
+    def __init__(self, path: str, reasons: list[str]) -> None:
+        super().__init__(f"{path}: {reasons[0]}")
+        self.refusal = Refusal(path, reasons)
 
 
-def quarantine(root: Path, kind: str, problems: list[Problem]) -> QuarantineRun | None:
-    """Moves each fixable problem's entry under a new quarantine folder beside `root`."""
-    entries = _outermost([p for p in problems if p.kind in FIXABLE])
-    if not entries:
-        return None
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    folder = home_of(root) / stamp
-    folder.mkdir(parents=True)
-    manifest = {
-        "schema": SCHEMA,
-        "root": str(root),
-        "kind": kind,
-        "created": stamp,
-        "entries": [
-            {
-                "original": p.entry,
-                "stored": str(Path("entries") / Path(p.entry).relative_to(root)),
-                "kind": p.kind,
-                "reason": p.reason,
-                "files": _inventory(Path(p.entry)),
-            }
-            for p in entries
-        ],
-    }
-    _write_atomic(folder / MANIFEST, manifest)  # before any move: a kill after this loses nothing
-    return _move_all(folder, manifest)
+@dataclass
+class RepairLog:
+    """What fix or restore did and refused, for the judge."""
+
+    fixed: list[tuple[str, QuarantineRun]] = field(default_factory=list)  # (root, run)
+    restored: list[QuarantineRun] = field(default_factory=list)
+    refusals: list[Refusal] = field(default_factory=list)
+    blocked: list[tuple[str, str, str]] = field(default_factory=list)  # (root, quarantine folder, why unusable)
+    all_restored: list[str] = field(default_factory=list)  # quarantine folders with nothing left to restore
+
+    def moved(self) -> set[str]:
+        return {o.original for _, run in self.fixed for o in run.outcomes if o.state == "moved"}
 
 
-class ManifestError(ValueError):
-    """A manifest that cannot be read back: the caller reports it, nothing is moved."""
+@dataclass
+class _Loaded:
+    name: str
+    fd: int
+    manifest: Manifest
+    restored: bool
 
 
-def load_manifest(folder: Path) -> dict[str, Any]:
-    path = folder / MANIFEST
+def _outermost(problems: list[Problem]) -> list[Problem]:
+    """Entries to move: a temp folder inside a broken key folder moves with it, not on its own."""
+    chosen: list[Problem] = []
+    for problem in sorted(problems, key=lambda p: len(Path(p.entry).parts)):
+        path = Path(problem.entry)
+        if not any(path == Path(c.entry) or Path(c.entry) in path.parents for c in chosen):
+            chosen.append(problem)
+    return chosen
+
+
+@contextlib.contextmanager
+def _parent(base_fd: int, names: tuple[str, ...], **walk: Any) -> Iterator[int | None]:
+    """The folder holding the last of `names`, or None when a folder on the way is missing (never
+    None when `walk` creates the missing ones)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise ManifestError(f"{path} is not a readable quarantine manifest ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA or "entries" not in manifest:
-        raise ManifestError(f"{path} is not a readable quarantine manifest (not {SCHEMA})")
-    return manifest
-
-
-def quarantines(root: Path) -> list[Path]:
-    """This root's quarantine folders with a manifest, oldest first."""
-    home = home_of(root)
-    if not home.is_dir():
-        return []
-    return sorted(p for p in home.iterdir() if (p / MANIFEST).is_file())
-
-
-def latest(root: Path) -> Path | None:
-    """The newest quarantine of `root` not yet restored, else the newest."""
-    found = quarantines(root)
-    open_ones = [f for f in found if not (f / RESTORED).exists()]
-    return (open_ones or found or [None])[-1]
-
-
-def unfinished(root: Path) -> list[Path]:
-    """Quarantines a killed fix left half-done: some entry still at its original place, not restored."""
-    out = []
-    for folder in quarantines(root):
-        if (folder / RESTORED).exists():
-            continue
-        manifest = load_manifest(folder)
-        if any(_state(e, folder) == (True, False) for e in manifest["entries"]):
-            out.append(folder)
-    return out
-
-
-def resume(folder: Path) -> QuarantineRun:
-    return _move_all(folder, load_manifest(folder))
-
-
-def restore(folder: Path) -> QuarantineRun:
-    """Moves every stored entry back; an original that exists again (triton rebuilt it) is kept and
-    the stored copy stays in quarantine, reported as a conflict."""
-    manifest = load_manifest(folder)
-    run = QuarantineRun(str(folder))
-    for entry in manifest["entries"]:
-        original, stored = Path(entry["original"]), folder / entry["stored"]
-        at_original, at_stored = _state(entry, folder)
-        if not at_stored:
-            state = "restored" if at_original else "missing"
-            run.outcomes.append(EntryOutcome(entry["original"], state, "not in quarantine (never moved, or back)"))
-            continue
-        if at_original:
-            kept = "the original path exists again (rebuilt since); both kept"
-            run.outcomes.append(EntryOutcome(entry["original"], "conflict", kept))
-            continue
-        original.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(stored, original)
-        same = _inventory(original) == entry["files"]
-        run.outcomes.append(EntryOutcome(entry["original"], "restored" if same else "changed", ""))
-    _remove_empty_dirs(folder / "entries")
-    if all(o.state == "restored" for o in run.outcomes):
-        _write_atomic(folder / RESTORED, {"restored": datetime.now(UTC).isoformat(timespec="seconds")})
-    return run
-
-
-def _remove_empty_dirs(top: Path) -> None:
-    """Only the folders a fix made to hold entries, once they hold nothing."""
-    if not top.is_dir():
+        fd = descend(base_fd, names[:-1], **walk)
+    except FileNotFoundError:
+        if "create" in walk:
+            raise
+        yield None
         return
-    for parent, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
-        with contextlib.suppress(OSError):  # not empty: something is still in quarantine
-            os.rmdir(parent)
+    with closing(fd):
+        yield fd
+
+
+class QuarantineHome:
+    """A root's quarantine folder (`<root>.dflashdoctor-quarantine/`), opened and checked once, with
+    the root opened beside it. Every move goes through these two open folders."""
+
+    def __init__(self, root: Path, root_fd: int, fd: int) -> None:
+        self.root = root
+        self.path = home_of(root)
+        self.root_fd = root_fd
+        self.fd = fd
+
+    @classmethod
+    def open(cls, root: Path, *, create: bool) -> QuarantineHome | None:
+        """The checked home of `root`; None when there is none and `create` is false.
+        Untrusted when it is not the user's own or is writable by others; OSError when it cannot be
+        made or opened."""
+        home = home_of(root)
+        with closing(open_named_folder(root.parent)) as parent_fd:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(home.name, PRIVATE_FOLDER, dir_fd=parent_fd)
+            try:
+                fd = open_child_folder(parent_fd, home.name)
+            except FileNotFoundError:
+                if create:
+                    raise
+                return None
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise Untrusted(str(home), refused_because(exc)) from None
+                raise
+        try:
+            reason = untrusted_reason(os.fstat(fd))
+            if reason:
+                raise Untrusted(str(home), reason)
+            root_fd = open_named_folder(root)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(root, root_fd, fd)
+
+    def __enter__(self) -> QuarantineHome:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)
+        os.close(self.root_fd)
+
+    def lock(self, wait_s: float) -> contextlib.AbstractContextManager[None]:
+        return root_lock(self.fd, str(self.path), wait_s)
+
+    def names(self) -> list[str]:
+        """Its quarantine folders (those with a manifest), oldest first: their names are UTC stamps."""
+        found = []
+        for name in sorted(os.listdir(self.fd)):
+            with contextlib.suppress(OSError):
+                os.stat(f"{name}/{MANIFEST}", dir_fd=self.fd, follow_symlinks=False)
+                found.append(name)
+        return found
+
+    # -- reading a quarantine back, checked before it is believed
+
+    def _load(self, name: str) -> _Loaded:
+        """Untrusted, ManifestError or OSError when it cannot be believed."""
+        where = str(self.path / name)
+        try:
+            fd = open_child_folder(self.fd, name)
+        except OSError as exc:
+            raise Untrusted(where, refused_because(exc)) from None
+        try:
+            reason = untrusted_reason(os.fstat(fd))
+            if reason:
+                raise Untrusted(where, reason)
+            try:
+                manifest = manifests.loads(read_private_file(fd, MANIFEST))
+            except Untrusted as exc:
+                raise Untrusted(f"{where}/{MANIFEST}", exc.reason) from None
+            self._check_root(manifest)
+            refused = manifest.refused + [(e.index, r) for e in manifest.entries if (r := self._path_problem(fd, e))]
+            if refused:
+                raise Refused(f"{where}/{MANIFEST}", [f"entry {i}: {why}" for i, why in sorted(refused)])
+            return _Loaded(name, fd, manifest, exists_in(fd, RESTORED))
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _check_root(self, manifest: Manifest) -> None:
+        if manifest.root == str(self.root):
+            return
+        try:
+            same = os.path.samestat(os.stat(manifest.root), os.fstat(self.root_fd))
+        except OSError:
+            same = False
+        if not same:
+            raise ManifestError(f"it was written for the root {shown(manifest.root)}, not for {self.root}")
+
+    def _path_problem(self, folder_fd: int, entry: ManifestEntry) -> str | None:
+        """Why an entry's folders cannot be walked without leaving the root or the quarantine."""
+        for what, base, names, private, as_written in (
+            ("original", self.root_fd, entry.below_root, False, entry.original),
+            ("stored", folder_fd, entry.stored, True, "/".join(entry.stored)),
+        ):
+            try:
+                os.close(descend(base, names[:-1], private=private))
+            except FileNotFoundError:
+                continue  # a folder still to be made: nothing there can lead elsewhere
+            except Untrusted as exc:
+                return f"{what} {shown(as_written)}: its folder {shown(exc.path)} is {exc.reason}"
+            except OSError as exc:
+                return f"{what} {shown(as_written)}: its folder {shown(exc.filename)} is {refused_because(exc)}"
+        return None
+
+    def _loaded_quarantines(
+        self, names: list[str], refusals: list[Refusal], *, named: bool = False
+    ) -> Iterator[_Loaded]:
+        """Each quarantine that can be believed; the others become refusals. A manifest that cannot
+        be read at all, in a quarantine the user `named`, raises ManifestError (bad input)."""
+        for name in names:
+            try:
+                loaded = self._load(name)
+            except Refused as exc:
+                refusals.append(exc.refusal)
+                continue
+            except Untrusted as exc:
+                refusals.append(Refusal(exc.path, [exc.reason]))
+                continue
+            except ManifestError as exc:
+                if named:
+                    where = self.path / name / MANIFEST
+                    raise ManifestError(f"{where} is not a readable quarantine manifest ({exc})") from None
+                refusals.append(Refusal(str(self.path / name / MANIFEST), [str(exc)]))
+                continue
+            except OSError as exc:
+                refusals.append(Refusal(str(self.path / name), [f"cannot be read: {refused_because(exc)}"]))
+                continue
+            with closing(loaded.fd):
+                yield loaded
+
+    # -- fix
+
+    def resume_unfinished(self, refusals: list[Refusal]) -> list[QuarantineRun]:
+        """Finishes the quarantines a killed fix left half-done: some entry still at its original place."""
+        runs = []
+        for loaded in self._loaded_quarantines(self.names(), refusals):
+            if not loaded.restored and any(self._pending(loaded.fd, e) for e in loaded.manifest.entries):
+                runs.append(self._move_in(loaded.fd, loaded.name, loaded.manifest.entries))
+        return runs
+
+    def _pending(self, folder_fd: int, entry: ManifestEntry) -> bool:
+        return self._where(self.root_fd, entry.below_root, False) and not self._where(folder_fd, entry.stored, True)
+
+    @staticmethod
+    def _where(base_fd: int, names: tuple[str, ...], private: bool) -> bool:
+        try:
+            with _parent(base_fd, names, private=private) as parent:
+                return parent is not None and exists_in(parent, names[-1])
+        except (OSError, Untrusted):
+            return False
+
+    def quarantine(self, kind: str, problems: list[Problem]) -> QuarantineRun | None:
+        """Moves each fixable problem's entry, whole, into a new quarantine folder."""
+        chosen = _outermost([p for p in problems if p.kind in FIXABLE])
+        if not chosen:
+            return None
+        entries, unreadable = [], []
+        for problem in chosen:
+            below_root = Path(problem.entry).relative_to(self.root).parts
+            try:
+                with _parent(self.root_fd, below_root) as parent:
+                    files = inventory(parent, below_root[-1]) if parent is not None else None
+            except (OSError, Untrusted) as exc:
+                detail = refused_because(exc) if isinstance(exc, OSError) else str(exc)
+                unreadable.append(EntryOutcome(problem.entry, "failed", f"not moved: cannot be read ({detail})"))
+                continue
+            if files is None:  # gone since the scan
+                continue
+            entries.append(
+                ManifestEntry(
+                    index=len(entries),
+                    original=problem.entry,
+                    below_root=below_root,
+                    stored=(ENTRIES, *below_root),
+                    files=tuple(files),
+                    reason=problem.reason,
+                    kind=problem.kind,
+                )
+            )
+        if not entries:
+            return QuarantineRun(str(self.path), unreadable) if unreadable else None
+        stamp, folder_fd = self._new_folder()
+        with closing(folder_fd):
+            data = manifests.build(str(self.root), kind, stamp, entries)
+            write_private_file(folder_fd, MANIFEST, data)  # before any move: a kill after this loses nothing
+            run = self._move_in(folder_fd, stamp, entries)
+        run.outcomes += unreadable
+        return run
+
+    def _new_folder(self) -> tuple[str, int]:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        for attempt in range(1000):
+            name = stamp if attempt == 0 else f"{stamp}-{attempt}"
+            try:
+                os.mkdir(name, PRIVATE_FOLDER, dir_fd=self.fd)
+            except FileExistsError:
+                continue
+            return name, open_child_folder(self.fd, name)
+        raise FileExistsError(errno.EEXIST, "no free quarantine name", str(self.path / stamp))
+
+    def _move_in(self, folder_fd: int, name: str, entries: list[ManifestEntry]) -> QuarantineRun:
+        run = QuarantineRun(str(self.path / name))
+        for entry in entries:
+            run.outcomes.append(self._move_entry_in(folder_fd, entry))
+        return run
+
+    def _move_entry_in(self, folder_fd: int, entry: ManifestEntry) -> EntryOutcome:
+        original, stored = entry.below_root, entry.stored
+        try:
+            with (
+                _parent(self.root_fd, original) as source,
+                _parent(folder_fd, stored, create=PRIVATE_FOLDER, private=True) as target,
+            ):
+                at_original = source is not None and exists_in(source, original[-1])
+                if exists_in(target, stored[-1]):
+                    detail = "" if not at_original else "rebuilt at its place since; the rebuilt one is left there"
+                    return EntryOutcome(entry.original, "already-moved", detail)
+                if source is None or not at_original:
+                    return EntryOutcome(entry.original, "missing", "gone before it could be moved")
+                os.rename(original[-1], stored[-1], src_dir_fd=source, dst_dir_fd=target)
+        except Untrusted as exc:
+            return EntryOutcome(entry.original, "failed", f"not moved: {exc}")
+        except OSError as exc:  # another filesystem, no permission, a link on the way: left where it is
+            return EntryOutcome(entry.original, "failed", f"not moved: {refused_because(exc)}")
+        return EntryOutcome(entry.original, "moved", entry.reason)
+
+    # -- restore
+
+    def restore(self, only: str | None = None) -> tuple[list[QuarantineRun], list[Refusal], int]:
+        """Puts back every quarantine not yet restored, oldest first (or only the one named): the runs,
+        the refusals, and how many quarantines there are."""
+        names = self.names() if only is None else [only]
+        refusals: list[Refusal] = []
+        runs = []
+        for loaded in self._loaded_quarantines(names, refusals, named=only is not None):
+            if loaded.restored and only is None:
+                continue
+            runs.append(self._restore(loaded))
+        return runs, refusals, len(names)
+
+    def _restore(self, loaded: _Loaded) -> QuarantineRun:
+        """Moves every stored entry back; an original that exists again (triton rebuilt it) is kept and
+        the stored copy stays in quarantine, reported as a conflict."""
+        run = QuarantineRun(str(self.path / loaded.name))
+        for entry in loaded.manifest.entries:
+            run.outcomes.append(self._move_entry_back(loaded.fd, entry))
+        self._remove_empty_folders(loaded.fd)
+        if all(o.state in ("restored", "in-place") for o in run.outcomes):
+            stamp = datetime.now(UTC).isoformat(timespec="seconds")
+            with contextlib.suppress(OSError):  # only a marker: the next restore checks the entries again
+                write_private_file(loaded.fd, RESTORED, json.dumps({"restored": stamp}).encode())
+        return run
+
+    def _move_entry_back(self, folder_fd: int, entry: ManifestEntry) -> EntryOutcome:
+        original, stored = entry.below_root, entry.stored
+        try:
+            with _parent(folder_fd, stored, private=True) as source:
+                if source is None or not exists_in(source, stored[-1]):
+                    at_original = self._where(self.root_fd, original, False)
+                    if at_original:
+                        return EntryOutcome(entry.original, "in-place", "not in quarantine: never moved, or back")
+                    return EntryOutcome(entry.original, "missing", "neither in quarantine nor at its place")
+                with _parent(self.root_fd, original, create=0o777) as target:
+                    if exists_in(target, original[-1]):
+                        kept = "the original path exists again (rebuilt since); both kept"
+                        return EntryOutcome(entry.original, "conflict", kept)
+                    os.rename(stored[-1], original[-1], src_dir_fd=source, dst_dir_fd=target)
+                    return self._compared(target, entry)
+        except Untrusted as exc:
+            return EntryOutcome(entry.original, "failed", f"not put back: {exc}")
+        except OSError as exc:
+            return EntryOutcome(entry.original, "failed", f"not put back: {refused_because(exc)}")
+
+    @staticmethod
+    def _compared(parent_fd: int, entry: ManifestEntry) -> EntryOutcome:
+        """An entry just put back, file by file against its manifest."""
+        try:
+            same = inventory(parent_fd, entry.below_root[-1]) == sorted(entry.files, key=lambda r: r["path"])
+        except OSError as exc:
+            return EntryOutcome(entry.original, "changed", f"put back, but cannot be read to compare: {exc.strerror}")
+        detail = "" if same else "put back, but its files differ from the manifest's sha256 and sizes"
+        return EntryOutcome(entry.original, "restored" if same else "changed", detail)
+
+    @staticmethod
+    def _remove_empty_folders(folder_fd: int) -> None:
+        """Only the folders a fix made to hold entries, once they hold nothing."""
+        with contextlib.suppress(OSError):
+            for _path, dirs, _files, fd in os.fwalk(ENTRIES, dir_fd=folder_fd, topdown=False, follow_symlinks=False):
+                for name in dirs:
+                    with contextlib.suppress(OSError):  # not empty: something is still in quarantine
+                        os.rmdir(name, dir_fd=fd)
+            os.rmdir(ENTRIES, dir_fd=folder_fd)

@@ -12,6 +12,7 @@ design; a kernel binary is `<kernel>.so` at most, never with an interpreter tag.
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 import time
@@ -60,6 +61,7 @@ class _KeyFolder:
         self.reasons: list[str] = []
         self.bad_files: list[str] = []
         self.stale: str | None = None
+        self.same_folder: dict[str, bool] = {}  # a folder named by a group -> whether it is this one
 
     def bad(self, name: str, reason: str) -> None:
         self.reasons.append(f"{name}: {reason}")
@@ -151,8 +153,28 @@ class _KeyFolder:
             self._child(group, child, path, is_metadata=child == metadata)
         return set(children)
 
+    def _in_this_folder(self, path: str) -> bool:
+        """Whether `path`'s folder is this key folder: the same folder, not the same string, since a
+        root reached through a link (clusters link ~/.triton to scratch) lists children by the other
+        path. Triton itself only asks whether each stored path exists."""
+        folder = os.path.dirname(os.path.normpath(path))
+        if folder == self.folder:
+            return True
+        if not os.path.isabs(path):
+            return False
+        if folder not in self.same_folder:
+            try:
+                self.same_folder[folder] = os.path.samestat(os.stat(folder), self._identity)
+            except OSError:
+                self.same_folder[folder] = False
+        return self.same_folder[folder]
+
+    @functools.cached_property
+    def _identity(self) -> os.stat_result:
+        return os.stat(self.folder)
+
     def _child(self, group: str, child: str, path: str, *, is_metadata: bool) -> None:
-        if os.path.dirname(os.path.normpath(path)) != self.folder or os.path.basename(path) != child:
+        if os.path.basename(path) != child or not self._in_this_folder(path):
             self.bad(group, f"lists {child} at {path}, outside this folder (a copied or relocated cache)")
             return
         if child not in self.files:

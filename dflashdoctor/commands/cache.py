@@ -3,7 +3,9 @@ executed or unpickled), then quarantine or restore, and judge."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from dflashdoctor.cache.environment import inspect_root
 from dflashdoctor.cache.inductor_scan import scan_inductor
 from dflashdoctor.cache.model import RootScan
 from dflashdoctor.cache.roots import CacheRoot, resolve_roots
+from dflashdoctor.cache.safe_fs import Untrusted, refused_because
 from dflashdoctor.cache.triton_scan import scan_triton
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.cache import CacheJudge
@@ -31,7 +34,8 @@ class CacheOptions:
     triton_dir: Path | None = None
     inductor_dir: Path | None = None
     all_roots: bool = False
-    quarantine: Path | None = None  # restore: this quarantine folder (default: the latest of each root)
+    quarantine: Path | None = None  # restore: this quarantine folder (default: every open one of each root)
+    wait_s: float = 300.0  # fix, restore: how long to wait for another run working on the same root
 
 
 def _usable_dir(path: Path, option: str) -> None:
@@ -46,6 +50,17 @@ def _usable_dir(path: Path, option: str) -> None:
         raise BadInput(f"{option} {path} is a file, not a cache folder")
     if not os.access(path, os.R_OK | os.X_OK):
         raise BadInput(f"{option} {path} cannot be read by this user")
+
+
+def _named_quarantine(folder: Path) -> tuple[Path, str]:
+    """The root and the name of a quarantine folder the user named."""
+    absolute = Path(os.path.abspath(folder))
+    if not os.path.lexists(absolute / q.MANIFEST):
+        raise BadInput(f"{folder} is not a quarantine folder (no {q.MANIFEST} in it)")
+    root = q.root_of(absolute.parent)
+    if root is None:
+        raise BadInput(f"{folder} is not a quarantine folder: it does not sit in a `<cache root>{q.SUFFIX}` folder")
+    return root, absolute.name
 
 
 def _installed_triton() -> str | None:
@@ -69,7 +84,7 @@ def _scan(root: CacheRoot, triton_version: str | None) -> tuple[RootScan, dict[s
 def cache(options: CacheOptions, argv: list[str]) -> Report:
     try:
         return _cache(options, argv)
-    except q.ManifestError as exc:  # a damaged manifest: say which, move nothing more
+    except q.ManifestError as exc:  # the quarantine the user named has no readable manifest
         raise BadInput(str(exc)) from None
 
 
@@ -79,39 +94,99 @@ def _cache(options: CacheOptions, argv: list[str]) -> Report:
     for path, option in ((options.triton_dir, "--triton-dir"), (options.inductor_dir, "--inductor-dir")):
         if path is not None:
             _usable_dir(path, option)
-    if options.quarantine is not None and not (options.quarantine / q.MANIFEST).is_file():
-        raise BadInput(f"{options.quarantine} is not a quarantine folder (no {q.MANIFEST} in it)")
+    if math.isnan(options.wait_s) or options.wait_s < 0:
+        raise BadInput(f"--wait {options.wait_s}: expected seconds, 0 or more")
+    named = _named_quarantine(options.quarantine) if options.quarantine is not None else None
     started = time.monotonic()
     report = new_report("cache", argv)
     roots = resolve_roots(os.environ, options.triton_dir, options.inductor_dir, options.all_roots)
     report.environment.update(target=", ".join(f"{r.kind} {r.path}" for r in roots))
-    restored = _restore(options, roots) if options.action == "restore" else []
-    runs: list[tuple[str, q.QuarantineRun]] = []
-    if options.action == "fix":
-        for root in roots:
-            runs += [(str(root.path), q.resume(folder)) for folder in q.unfinished(root.path)]
-    scans, facts, triton_version = [], {}, _installed_triton()
+    triton_version = _installed_triton()
     report.environment["triton"] = triton_version
-    for root in roots if options.action != "restore" else []:  # restored entries are the broken ones, knowingly
-        scan, root_facts = _scan(root, triton_version)
-        scans.append(scan)
-        facts[scan.path] = root_facts
-    moved: set[str] = set()
-    retried = {o.original for _, run in runs for o in run.outcomes if o.state == "failed"}  # in their manifest already
-    if options.action == "fix":
-        for scan in scans:
-            run = q.quarantine(Path(scan.path), scan.kind, [p for p in scan.problems if p.entry not in retried])
-            if run is not None:
-                runs.append((scan.path, run))
-                moved |= {o.original for o in run.outcomes if o.state == "moved"}
-    report.results.append(CacheJudge(scans, facts, moved).judge(runs, restored))
+    log = q.RepairLog()
+    scans: list[RootScan] = []
+    facts: dict[str, dict[str, Any]] = {}
+    if options.action == "restore":
+        _restore(roots, named, options.wait_s, log)  # restored entries are the broken ones, knowingly: no scan
+    else:
+        for root in roots:
+            scan, facts[str(root.path)] = _scan(root, triton_version)
+            scans.append(scan)
+        if options.action == "fix":
+            _fix(roots, scans, facts, triton_version, options.wait_s, log)
+    report.results.append(CacheJudge(scans, facts, log).judge())
     return finish(report, started)
 
 
-def _restore(options: CacheOptions, roots: list[CacheRoot]) -> list[q.QuarantineRun]:
-    if options.quarantine is not None:
-        return [q.restore(options.quarantine)]
-    folders = [q.latest(root.path) for root in roots if q.quarantines(root.path)]
-    if not folders:
-        raise BadInput("no quarantine to restore beside " + ", ".join(str(r.path) for r in roots))
-    return [q.restore(folder) for folder in folders if folder is not None]
+def _open_home(root: Path, create: bool, log: q.RepairLog) -> q.QuarantineHome | None:
+    """The root's quarantine folder, checked; None (and why, in the log) when it cannot be used."""
+    try:
+        return q.QuarantineHome.open(root, create=create)
+    except Untrusted as exc:
+        log.refusals.append(q.Refusal(exc.path, [exc.reason]))
+    except OSError as exc:
+        log.blocked.append((str(root), str(q.home_of(root)), f"cannot be made or opened: {refused_because(exc)}"))
+    return None
+
+
+def _locked(stack: contextlib.ExitStack, homes: list[q.QuarantineHome], wait_s: float) -> None:
+    """Locks every home, in one order for every run (by the folder's identity, whatever path it was
+    reached by), so that two runs over several roots cannot wait for each other."""
+    for home in sorted(homes, key=lambda h: (os.fstat(h.fd).st_dev, os.fstat(h.fd).st_ino)):
+        stack.enter_context(home.lock(wait_s))
+
+
+def _fix(
+    roots: list[CacheRoot],
+    scans: list[RootScan],
+    facts: dict[str, dict[str, Any]],
+    triton_version: str | None,
+    wait_s: float,
+    log: q.RepairLog,
+) -> None:
+    """Under each root's lock: finish what a killed fix left, scan again (another fix may have moved
+    entries since the first scan), and quarantine what is still broken."""
+    with contextlib.ExitStack() as stack:
+        work: list[tuple[int, q.QuarantineHome]] = []
+        for index, (root, scan) in enumerate(zip(roots, scans, strict=True)):
+            broken = any(p.kind in q.FIXABLE for p in scan.problems)
+            if not broken and not os.path.lexists(q.home_of(root.path)):
+                continue
+            home = _open_home(root.path, broken, log)
+            if home is not None:
+                work.append((index, stack.enter_context(home)))
+        _locked(stack, [home for _, home in work], wait_s)
+        for index, home in work:
+            runs = home.resume_unfinished(log.refusals)
+            log.fixed += [(str(home.root), run) for run in runs]
+            retried = {o.original for run in runs for o in run.outcomes if o.state == "failed"}  # in their manifest
+            scans[index], facts[scans[index].path] = _scan(roots[index], triton_version)
+            try:
+                run = home.quarantine(scans[index].kind, [p for p in scans[index].problems if p.entry not in retried])
+            except OSError as exc:  # no quarantine folder or manifest could be written: nothing was moved
+                log.blocked.append((str(home.root), str(home.path), f"cannot be written: {refused_because(exc)}"))
+                continue
+            if run is not None:
+                log.fixed.append((str(home.root), run))
+
+
+def _restore(roots: list[CacheRoot], named: tuple[Path, str] | None, wait_s: float, log: q.RepairLog) -> None:
+    """Every quarantine not yet restored of each root, oldest first; or the one the user named."""
+    targets = [named] if named is not None else [(root.path, None) for root in roots]
+    with contextlib.ExitStack() as stack:
+        work: list[tuple[q.QuarantineHome, str | None]] = []
+        for root, only in targets:
+            home = _open_home(root, False, log)
+            if home is not None:
+                work.append((stack.enter_context(home), only))
+        _locked(stack, [home for home, _ in work], wait_s)
+        found = 0
+        for home, only in work:
+            runs, refusals, count = home.restore(only)
+            log.restored += runs
+            log.refusals += refusals
+            found += count
+            if count and not runs and not refusals:
+                log.all_restored.append(str(home.path))
+    if not found and not log.refusals and not log.blocked:
+        raise BadInput("no quarantine to restore beside " + ", ".join(str(root) for root, _ in targets))

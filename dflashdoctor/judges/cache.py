@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dflashdoctor.cache.model import Problem, RootScan
-from dflashdoctor.cache.quarantine import QuarantineRun
+from dflashdoctor.cache.quarantine import QuarantineRun, Refusal, RepairLog
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.report import Finding, ProbeResult, Where
@@ -44,20 +44,39 @@ def shared_filesystem_finding(kind: str, path: str, facts: dict[str, Any], evide
     )
 
 
+_NOT_BACK = ("missing", "conflict", "changed", "failed")  # restore outcomes that leave an entry out of place
+_NOT_BACK_FIX = {
+    "missing": "neither in the quarantine nor at its place: moved or removed by something else; look in the "
+    "other quarantines beside the root",
+    "conflict": "the place is taken by an entry rebuilt since: compare the two, remove the one you do not want, "
+    "then restore again",
+    "changed": "put back, but its files differ from the manifest: the quarantine was changed; the cache entry is "
+    "suspect, `cache check` it",
+    "failed": "could not be moved (see its detail): fix the permission or path, then restore again",
+}
+
+
 class CacheJudge(Judge):
-    def __init__(self, scans: list[RootScan], facts: dict[str, dict[str, Any]], moved: set[str]) -> None:
+    def __init__(self, scans: list[RootScan], facts: dict[str, dict[str, Any]], log: RepairLog) -> None:
         super().__init__("cache")
         self.scans = scans
         self.facts = facts  # root path -> environment facts
-        self.moved = moved  # entries a fix moved: reported once, as quarantined
+        self.log = log
+        self.moved = log.moved()  # entries a fix moved: reported once, as quarantined
 
-    def judge(self, runs: list[tuple[str, QuarantineRun]], restored: list[QuarantineRun]) -> ProbeResult:
+    def judge(self) -> ProbeResult:
         for scan in self.scans:
             self._root(scan)
-        for root, run in runs:
+        for refusal in self.log.refusals:
+            self._refused(refusal)
+        for root, home, why in self.log.blocked:
+            self._blocked(root, home, why)
+        for root, run in self.log.fixed:
             self._quarantined(root, run)
-        for run in restored:
+        for run in self.log.restored:
             self._restored(run)
+        for home in self.log.all_restored:
+            self._check(f"restore {home}", "pass", "nothing left to restore: every quarantine there is restored")
         self.measurements["roots"] = [
             {k: v for k, v in s.to_dict().items() if k != "problems"} | {"problems": len(s.problems)}
             for s in self.scans
@@ -167,12 +186,40 @@ class CacheJudge(Judge):
                 )
             )
 
+    def _left_status(self, root: str) -> str:
+        """fail when an error-level problem of `root` is still in place, else warn."""
+        scan = next((s for s in self.scans if s.path == root), None)
+        live = [p for p in (scan.problems if scan else []) if p.entry not in self.moved]
+        return "fail" if any(p.kind in ("corrupt", "unreadable") for p in live) else "warn"
+
+    def _refused(self, refusal: Refusal) -> None:
+        count = len(refusal.reasons)
+        self.findings.append(
+            finding(
+                "cache-quarantine-refused",
+                f"Refused {refusal.path}: {refusal.reasons[0]}" + (f" (and {count - 1} more)" if count > 1 else ""),
+                detail="Nothing of it was moved. fix and restore move files for whoever runs them, often root: a "
+                "quarantine another user can write, or a manifest naming paths outside its cache root and its "
+                "quarantine, could make them move files anywhere.",
+                where=Where(file=refusal.path),
+                evidence={"path": refusal.path, "reasons": refusal.reasons[:200], "count": count},
+                fix="Look at who made it and what its manifest names before anything else. If it is your own, "
+                "`chmod go-w` it; if not, move it out of the way (do not restore from it) and run `cache fix` again.",
+            )
+        )
+
+    def _blocked(self, root: str, home: str, why: str) -> None:
+        status = self._left_status(root) if self.scans else "fail"
+        self._check(f"quarantine {home}", status, f"{why}; nothing was moved")
+        if status == "fail" and not self.scans:  # restore: nothing else says it
+            self._refused(Refusal(home, [why]))
+
     def _quarantined(self, root: str, run: QuarantineRun) -> None:
         moved = [o for o in run.outcomes if o.state in ("moved", "already-moved")]
         failed = [o for o in run.outcomes if o.state == "failed"]
         self._check(
             f"quarantine {run.folder}",
-            "fail" if failed else "pass",
+            self._left_status(root) if failed else "pass",
             f"{len(moved)} entries moved from {root}" + (f"; {len(failed)} could not be moved" if failed else ""),
         )
         if moved:
@@ -190,18 +237,33 @@ class CacheJudge(Judge):
         counts: dict[str, int] = {}
         for outcome in run.outcomes:
             counts[outcome.state] = counts.get(outcome.state, 0) + 1
-        bad = {k: v for k, v in counts.items() if k in ("changed", "missing", "conflict")}
+        out_of_place = [o for o in run.outcomes if o.state in _NOT_BACK]
         self._check(
             f"restore {run.folder}",
-            "warn" if bad else "pass",
+            "fail" if out_of_place else "pass",
             ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
+            *(["cache-restore-incomplete"] if out_of_place else []),
         )
         self.findings.append(
             finding(
                 "cache-restored",
                 f"{counts.get('restored', 0)} entries restored from {run.folder}",
-                detail="Every restored entry was compared file by file with its manifest (sha256 and size)."
-                + (f" Not restored as recorded: {bad}." if bad else ""),
+                detail="Every restored entry was compared file by file with its manifest (sha256 and size).",
                 evidence=run.to_dict(),
             )
         )
+        if out_of_place:
+            states = sorted({o.state for o in out_of_place})
+            first = out_of_place[0]
+            self.findings.append(
+                finding(
+                    "cache-restore-incomplete",
+                    f"{len(out_of_place)} entries of {run.folder} are not back as recorded ("
+                    + ", ".join(f"{counts[s]} {s}" for s in states)
+                    + f"); first: {first.original}: {first.detail or first.state}",
+                    detail="A moved entry is still out of place, or came back different from its manifest.",
+                    where=Where(file=first.original),
+                    evidence={"folder": run.folder, "entries": [o.__dict__ for o in out_of_place][:200]},
+                    fix=" ".join(f"{s}: {_NOT_BACK_FIX[s]}." for s in states),
+                )
+            )
