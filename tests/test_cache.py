@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -175,6 +176,27 @@ def test_a_fix_killed_mid_way_loses_nothing(tmp_path, resume, kill_at):
     assert cache_tree.snapshot(root) == before, f"killed with {moved} of 300 entries moved"
 
 
+@pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGKILL])
+def test_a_restore_stopped_mid_way_is_finished_by_the_next(tmp_path, signal_number):
+    """SIGTERM or kill -9 while a restore puts 300 entries back: the next restore finishes it, and the
+    tree is the original, byte for byte (no entry is lost in between: each moves with one rename)."""
+    root = tmp_path / "triton"
+    folders = cache_tree.healthy_tree(root, 600)
+    for folder in folders[::2]:
+        cache_tree.truncate_binary(folder)
+    before = cache_tree.snapshot(root)
+    assert check(tmp_path, "fix", "--triton-dir", str(root)).code == 0
+    command = [sys.executable, "-m", "dflashdoctor", "cache", "restore", "--triton-dir", str(root), "--json"]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    _wait_for(lambda: any(folder.exists() for folder in folders[::2]))
+    child.send_signal(signal_number)
+    child.wait()
+    back = sum(1 for folder in folders[::2] if folder.exists())
+    again = check(tmp_path, "restore", "--triton-dir", str(root))
+    assert again.code == 0, again.stdout
+    assert cache_tree.snapshot(root) == before, f"stopped with {back} of 300 entries back"
+
+
 def test_real_inductor_cache_is_clean_then_each_planted_damage_is_found(tmp_path):
     cache_dir = tmp_path / "inductor"
     code = "import torch; f = torch.compile(lambda x: (x.sin() * 2).cos().sum()); f(torch.randn(64)); print('ok')"
@@ -337,3 +359,115 @@ def test_driver_modules_of_older_triton_are_healthy_and_a_lone_kernel_binary_is_
     run = check(tmp_path, "check", "--triton-dir", str(root))
     assert [f["evidence"]["entry"] for f in run.findings("cache-incomplete-entry")] == [str(root / key)]
     assert not run.findings("cache-corrupt-entry")
+
+
+def test_a_root_reached_through_a_link_is_healthy(tmp_path):
+    """Clusters link ~/.triton to scratch: triton wrote the group files with the real path, and the
+    check runs through the link (and the other way round). Same folders, so no finding."""
+    real = tmp_path / "scratch" / "c"
+    cache_tree.healthy_tree(real / "triton", 5)
+    link = tmp_path / "l"
+    link.symlink_to(real)
+    through_link = check(tmp_path, "check", "--triton-dir", str(link / "triton"))
+    assert through_link.code == 0, through_link.stdout
+    assert through_link.codes() <= {"cache-low-space"}
+    (tmp_path / "scratch" / "d").mkdir()
+    linked_writes = tmp_path / "linked-writes"
+    linked_writes.symlink_to(tmp_path / "scratch" / "d")
+    cache_tree.healthy_tree(linked_writes / "triton", 3)  # group files name the link's path
+    direct = check(tmp_path, "check", "--triton-dir", str(tmp_path / "scratch" / "d" / "triton"))
+    assert direct.code == 0 and direct.codes() <= {"cache-low-space"}, direct.stdout
+
+
+def test_a_linked_root_whose_groups_point_into_another_cache_is_still_flagged(tmp_path):
+    """A copied cache, reached through a link: its groups name files in the cache it was copied from,
+    which exist (triton would read them from there). The folders differ, so the finding stays."""
+    original = tmp_path / "scratch" / "c" / "triton"
+    folders = cache_tree.healthy_tree(original, 3)
+    copy = tmp_path / "scratch" / "copy" / "triton"
+    shutil.copytree(original, copy)
+    link = tmp_path / "l"
+    link.symlink_to(copy.parent)
+    run = check(tmp_path, "check", "--triton-dir", str(link / "triton"))
+    assert run.code == 1
+    flagged = {f["where"]["file"] for f in run.findings("cache-corrupt-entry")}
+    assert flagged == {str(link / "triton" / f.name) for f in folders}
+    assert all("outside this folder" in f["title"] for f in run.findings("cache-corrupt-entry"))
+
+
+def test_restore_puts_back_every_open_quarantine_oldest_first(tmp_path):
+    root = tmp_path / "triton"
+    folders = cache_tree.healthy_tree(root, 6)
+    before = cache_tree.snapshot(root)
+    quarantined = []
+    for folder in folders[:3]:
+        saved = (folder, {p.name: p.read_bytes() for p in folder.iterdir()})
+        cache_tree.truncate_binary(folder)
+        fixed = check(tmp_path, "fix", "--triton-dir", str(root))
+        assert fixed.code == 0, fixed.stdout
+        quarantined.append(fixed.findings("cache-quarantined")[0]["evidence"]["folder"])
+        saved[0].mkdir()  # as triton would rebuild it: the same files, whole
+        for name, data in saved[1].items():
+            (saved[0] / name).write_bytes(data)
+        shutil.rmtree(saved[0])  # ...and then a user removed it again
+    restored = check(tmp_path, "restore", "--triton-dir", str(root))
+    assert restored.code == 0, restored.stdout
+    names = [c["name"] for c in restored.report["results"][0]["checks"]]
+    assert names == [f"restore {q}" for q in quarantined]
+    assert len(_quarantines(root)) == 3
+    changed = {p: v for p, v in cache_tree.snapshot(root).items() if before.get(p) != v}
+    assert set(changed) == {str(next(f.glob("*.cubin")).relative_to(root)) for f in folders[:3]}  # the damage
+    again = check(tmp_path, "restore", "--triton-dir", str(root))
+    assert again.code == 0 and again.check(f"restore {quarantine.home_of(root)}")["status"] == "pass"
+
+
+@pytest.mark.parametrize("trouble", ["missing", "conflict", "changed"])
+def test_restore_never_passes_while_a_moved_entry_is_out_of_place(tmp_path, trouble):
+    root = tmp_path / "triton"
+    folders = cache_tree.healthy_tree(root, 4)
+    damaged = cache_tree.truncate_binary(folders[0])
+    fixed = check(tmp_path, "fix", "--triton-dir", str(root))
+    folder = Path(fixed.findings("cache-quarantined")[0]["evidence"]["folder"])
+    stored = folder / "entries" / damaged.name
+    if trouble == "missing":
+        shutil.move(stored, tmp_path / "elsewhere")
+    elif trouble == "conflict":
+        damaged.mkdir()
+    else:
+        next(stored.glob("*.ttir")).write_text("edited in quarantine\n")
+    run = check(tmp_path, "restore", "--triton-dir", str(root))
+    assert run.code == 1, run.stdout
+    (incomplete,) = run.findings("cache-restore-incomplete")
+    assert f"1 {trouble}" in incomplete["title"] and incomplete["where"]["file"] == str(damaged)
+    assert run.check(f"restore {folder}")["status"] == "fail"
+    assert run.report["verdict"] == "fail"
+
+
+def test_two_fixes_at_once_then_one_restore_give_back_the_tree_byte_for_byte(tmp_path):
+    """Two `cache fix` started together on a 20,000-entry cache with 40 broken entries, then a plain
+    `cache restore`: every file back with its sha256, size and mode; neither fix reported an error
+    for an entry the other had moved."""
+    root = tmp_path / "triton"
+    folders = cache_tree.healthy_tree(root, 20_000)
+    for folder in folders[::500]:
+        cache_tree.truncate_binary(folder)
+    before = cache_tree.snapshot(root)
+    report_dirs = [tmp_path / f"report-{i}" for i in range(2)]
+    command = [sys.executable, "-m", "dflashdoctor", "cache", "fix", "--triton-dir", str(root), "--json"]
+    fixes = [
+        subprocess.Popen([*command, "--report-dir", str(d)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for d in report_dirs
+    ]
+    results = [(fix.communicate(timeout=600), fix.returncode) for fix in fixes]
+    reports = [json.loads(out) for (out, _err), _code in results]
+    assert [code for _, code in results] == [0, 0], [err for (_out, err), _ in results]
+    moved = [
+        sum(len(f["evidence"]["outcomes"]) for f in r["results"][0]["findings"] if f["code"] == "cache-quarantined")
+        for r in reports
+    ]
+    assert sorted(moved) == [0, 40]  # one fix moved all 40; the other, after the lock, found nothing broken
+    assert all(f["severity"] != "error" for r in reports for f in r["results"][0]["findings"])
+    assert len(_quarantines(root)) == 1
+    restored = check(tmp_path, "restore", "--triton-dir", str(root))
+    assert restored.code == 0, restored.stdout
+    assert cache_tree.snapshot(root) == before
