@@ -146,6 +146,25 @@ def test_a_quarantine_folder_that_is_a_link_is_refused(tmp_path, shared):
     assert folders[0].is_dir() and not os.listdir(shared / "mine")
 
 
+def test_fix_refuses_a_default_root_another_user_linked_elsewhere(tmp_path, shared):
+    """nobody links the default Inductor root's name in the temp folder to a folder of root's: the
+    scan reads through it (reading is harmless), but fix moves nothing out of it."""
+    private = tmp_path / "root-only" / "ab"
+    private.mkdir(parents=True)
+    (private / "settings.json").write_text("{not json")  # what an Inductor scan calls a broken entry
+    as_nobody(f"ln -s {private.parent} {shared}/torchinductor_root")
+    env = {"TMPDIR": str(shared), "TRITON_CACHE_DIR": str(tmp_path / "triton-unused")}
+    run = run_cli(tmp_path, "cache", "fix", env=env)
+    assert run.code == 1, run.stdout + run.stderr
+    (refused,) = run.findings("cache-quarantine-refused")
+    assert refused["where"]["file"] == str(shared / "torchinductor_root")
+    assert "a link made by nobody (uid 65534) in a world-writable folder" in refused["title"]
+    planted = shared / "torchinductor_root" / "ab" / "settings.json"
+    assert [f["where"]["file"] for f in run.findings("cache-corrupt-entry")] == [str(planted)]
+    assert (private / "settings.json").read_text() == "{not json"
+    assert not quarantine.home_of(shared / "torchinductor_root").exists()
+
+
 def _own_quarantine(tmp_path: Path) -> tuple[Path, Path]:
     """A real quarantine made by `cache fix` as this user: (root, its quarantine folder)."""
     root = tmp_path / "triton"

@@ -40,6 +40,7 @@ from dflashdoctor.cache.safe_fs import (
     exists_in,
     open_child_folder,
     open_named_folder,
+    planted_link,
     read_private_file,
     refused_because,
     untrusted_reason,
@@ -155,7 +156,16 @@ class QuarantineHome:
         Untrusted when it is not the user's own or is writable by others; OSError when it cannot be
         made or opened."""
         home = home_of(root)
-        with closing(open_named_folder(root.parent)) as parent_fd:
+        try:
+            parent = open_named_folder(root.parent)
+        except FileNotFoundError:
+            if create:
+                raise
+            return None
+        with closing(parent) as parent_fd:
+            reason = planted_link(parent_fd, root.name)
+            if reason:
+                raise Untrusted(str(root), reason)
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(home.name, PRIVATE_FOLDER, dir_fd=parent_fd)

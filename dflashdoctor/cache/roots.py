@@ -28,6 +28,13 @@ class CacheRoot:
     relative: bool = False  # the configured path was relative: triton's group files break when cwd changes
 
 
+def absolute(path: str | os.PathLike[str]) -> Path:
+    """An absolute path to the same folder. A `..` is resolved by the filesystem (links included), not
+    by cutting the string, and only then: a root reached through a link keeps the path the user gave."""
+    given = Path(path)
+    return Path(os.path.realpath(given)) if ".." in given.parts else given.absolute()
+
+
 def _user() -> str:
     try:
         name = getpass.getuser()
@@ -39,16 +46,16 @@ def _user() -> str:
 def triton_root(env: Mapping[str, str]) -> CacheRoot:
     if env.get("TRITON_CACHE_DIR"):
         raw = env["TRITON_CACHE_DIR"]
-        return CacheRoot("triton", Path(raw).absolute(), "TRITON_CACHE_DIR", relative=not os.path.isabs(raw))
+        return CacheRoot("triton", absolute(raw), "TRITON_CACHE_DIR", relative=not os.path.isabs(raw))
     home = env.get("TRITON_HOME") or os.path.expanduser("~")
     source = "TRITON_HOME" if env.get("TRITON_HOME") else "default (~/.triton/cache)"
-    return CacheRoot("triton", Path(home, ".triton", "cache").absolute(), source)
+    return CacheRoot("triton", absolute(Path(home, ".triton", "cache")), source)
 
 
 def inductor_root(env: Mapping[str, str]) -> CacheRoot:
     if env.get("TORCHINDUCTOR_CACHE_DIR"):
         raw = env["TORCHINDUCTOR_CACHE_DIR"]
-        return CacheRoot("inductor", Path(raw).absolute(), "TORCHINDUCTOR_CACHE_DIR", relative=not os.path.isabs(raw))
+        return CacheRoot("inductor", absolute(raw), "TORCHINDUCTOR_CACHE_DIR", relative=not os.path.isabs(raw))
     default = Path(tempfile.gettempdir(), f"torchinductor_{_user()}")
     return CacheRoot("inductor", default, "default (<tempdir>/torchinductor_<user>)")
 
@@ -72,9 +79,9 @@ def resolve_roots(
     the defaults the environment overrides), each once."""
     roots: list[CacheRoot] = []
     if triton_dir is not None:
-        roots.append(CacheRoot("triton", triton_dir.absolute(), "--triton-dir"))
+        roots.append(CacheRoot("triton", absolute(triton_dir), "--triton-dir"))
     if inductor_dir is not None:
-        roots.append(CacheRoot("inductor", inductor_dir.absolute(), "--inductor-dir"))
+        roots.append(CacheRoot("inductor", absolute(inductor_dir), "--inductor-dir"))
     if not roots or all_roots:
         roots += [triton_root(env), inductor_root(env)]
         if all_roots:

@@ -64,6 +64,21 @@ def refused_because(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def planted_link(parent_fd: int, name: str) -> str | None:
+    """Why the link `name` may not be followed, by the rule Linux applies with protected_symlinks: in a
+    world-writable sticky folder (the temp folder, where the default Inductor root lives), a link made
+    by another user than the follower or the folder's owner could lead anywhere (/etc, ~/.ssh)."""
+    try:
+        link = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    folder = os.fstat(parent_fd)
+    shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & 0o002
+    if stat.S_ISLNK(link.st_mode) and shared and link.st_uid not in (os.geteuid(), folder.st_uid):
+        return f"a link made by {user_name(link.st_uid)} in a world-writable folder: it may lead anywhere"
+    return None
+
+
 def open_named_folder(path: str | os.PathLike[str]) -> int:
     """A folder the user named or the environment set: links on its way are the user's own setup."""
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

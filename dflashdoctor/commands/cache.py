@@ -17,7 +17,7 @@ from dflashdoctor.cache import quarantine as q
 from dflashdoctor.cache.environment import inspect_root
 from dflashdoctor.cache.inductor_scan import scan_inductor
 from dflashdoctor.cache.model import RootScan
-from dflashdoctor.cache.roots import CacheRoot, resolve_roots
+from dflashdoctor.cache.roots import CacheRoot, absolute, resolve_roots
 from dflashdoctor.cache.safe_fs import Untrusted, refused_because
 from dflashdoctor.cache.triton_scan import scan_triton
 from dflashdoctor.errors import BadInput
@@ -54,13 +54,13 @@ def _usable_dir(path: Path, option: str) -> None:
 
 def _named_quarantine(folder: Path) -> tuple[Path, str]:
     """The root and the name of a quarantine folder the user named."""
-    absolute = Path(os.path.abspath(folder))
-    if not os.path.lexists(absolute / q.MANIFEST):
+    path = absolute(folder)
+    if not os.path.lexists(path / q.MANIFEST):
         raise BadInput(f"{folder} is not a quarantine folder (no {q.MANIFEST} in it)")
-    root = q.root_of(absolute.parent)
+    root = q.root_of(path.parent)
     if root is None:
         raise BadInput(f"{folder} is not a quarantine folder: it does not sit in a `<cache root>{q.SUFFIX}` folder")
-    return root, absolute.name
+    return root, path.name
 
 
 def _installed_triton() -> str | None:
@@ -118,22 +118,38 @@ def _cache(options: CacheOptions, argv: list[str]) -> Report:
     return finish(report, started)
 
 
+def _unusable(root: Path, exc: OSError | Untrusted, log: q.RepairLog, doing: str) -> None:
+    """A quarantine folder that cannot be used: refused (not ours, loose, a link) or blocked."""
+    if isinstance(exc, Untrusted):
+        log.refusals.append(q.Refusal(exc.path, [exc.reason]))
+        return
+    where = f" ({exc.filename})" if isinstance(exc.filename, str) else ""
+    log.blocked.append((str(root), str(q.home_of(root)), f"cannot be {doing}: {refused_because(exc)}{where}"))
+
+
 def _open_home(root: Path, create: bool, log: q.RepairLog) -> q.QuarantineHome | None:
     """The root's quarantine folder, checked; None (and why, in the log) when it cannot be used."""
     try:
         return q.QuarantineHome.open(root, create=create)
-    except Untrusted as exc:
-        log.refusals.append(q.Refusal(exc.path, [exc.reason]))
-    except OSError as exc:
-        log.blocked.append((str(root), str(q.home_of(root)), f"cannot be made or opened: {refused_because(exc)}"))
+    except (OSError, Untrusted) as exc:
+        _unusable(root, exc, log, "made or opened")
     return None
 
 
-def _locked(stack: contextlib.ExitStack, homes: list[q.QuarantineHome], wait_s: float) -> None:
+def _locked(
+    stack: contextlib.ExitStack, homes: list[q.QuarantineHome], wait_s: float, log: q.RepairLog
+) -> list[q.QuarantineHome]:
     """Locks every home, in one order for every run (by the folder's identity, whatever path it was
-    reached by), so that two runs over several roots cannot wait for each other."""
+    reached by), so that two runs over several roots cannot wait for each other. The homes locked."""
+    locked = []
     for home in sorted(homes, key=lambda h: (os.fstat(h.fd).st_dev, os.fstat(h.fd).st_ino)):
-        stack.enter_context(home.lock(wait_s))
+        try:
+            stack.enter_context(home.lock(wait_s))
+        except (OSError, Untrusted) as exc:
+            _unusable(home.root, exc, log, "locked")
+            continue
+        locked.append(home)
+    return locked
 
 
 def _fix(
@@ -155,8 +171,8 @@ def _fix(
             home = _open_home(root.path, broken, log)
             if home is not None:
                 work.append((index, stack.enter_context(home)))
-        _locked(stack, [home for _, home in work], wait_s)
-        for index, home in work:
+        locked = _locked(stack, [home for _, home in work], wait_s, log)
+        for index, home in [(i, h) for i, h in work if h in locked]:
             runs = home.resume_unfinished(log.refusals)
             log.fixed += [(str(home.root), run) for run in runs]
             retried = {o.original for run in runs for o in run.outcomes if o.state == "failed"}  # in their manifest
@@ -164,7 +180,7 @@ def _fix(
             try:
                 run = home.quarantine(scans[index].kind, [p for p in scans[index].problems if p.entry not in retried])
             except OSError as exc:  # no quarantine folder or manifest could be written: nothing was moved
-                log.blocked.append((str(home.root), str(home.path), f"cannot be written: {refused_because(exc)}"))
+                _unusable(home.root, exc, log, "written")
                 continue
             if run is not None:
                 log.fixed.append((str(home.root), run))
@@ -179,9 +195,9 @@ def _restore(roots: list[CacheRoot], named: tuple[Path, str] | None, wait_s: flo
             home = _open_home(root, False, log)
             if home is not None:
                 work.append((stack.enter_context(home), only))
-        _locked(stack, [home for home, _ in work], wait_s)
+        locked = _locked(stack, [home for home, _ in work], wait_s, log)
         found = 0
-        for home, only in work:
+        for home, only in [(h, o) for h, o in work if h in locked]:
             runs, refusals, count = home.restore(only)
             log.restored += runs
             log.refusals += refusals
