@@ -4,7 +4,8 @@
 #   OUT=/some/dir bash scripts/gpu_cache_evidence.sh
 # Then the repair cycle on that real cache: truncate one cubin, check (the one entry found), fix,
 # check (clean), restore, and compare the tree with its state before the fix: byte-identical (restore
-# puts back what fix moved, the damaged entry included, by the user's choice).
+# puts back what fix moved, the damaged entry included, by the user's choice). Then the root checked
+# through a link to its folder, and two fixes started together followed by one plain restore.
 # The report folders and console output land in $OUT/cache-evidence.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ cache() {
   local name=$1
   shift
   local started=$SECONDS
-  python3 -m dflashdoctor cache "$@" --all-roots --report-dir "$work/$name" >"$work/$name.txt" 2>&1
+  python3 -m dflashdoctor cache "$@" --report-dir "$work/$name" >"$work/$name.txt" 2>&1
   echo "$name: exit $? in $((SECONDS - started)) s" | tee -a "$OUT/cache-runs.txt"
   tar czf "$OUT/cache-evidence.tgz" -C "$work" --exclude inductor .
 }
@@ -39,17 +40,36 @@ tree_digest() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256su
 # FLA's kernels land in Inductor's per-device folder when torch.compile ran first in the process
 # (seen on the H200), else in ~/.triton/cache: look in both.
 roots=("$work/inductor/triton" "$HOME/.triton/cache")
+cubins() { find "${roots[@]}" -name "*.cubin" -size +8k 2>/dev/null | sort; }
 find "${roots[@]}" -name "*.autotune.json" 2>/dev/null | wc -l | sed 's/^/autotune files: /' | tee -a "$OUT/cache-runs.txt"
-cache h200-cache-check check
-victim=$(find "${roots[@]}" -name "*.cubin" -size +8k 2>/dev/null | sort | head -n 1)
+cache h200-cache-check check --all-roots
+victim=$(cubins | head -n 1)
 triton_root=$(dirname "$(dirname "$victim")")
+# The same healthy root reached through a link, as clusters link ~/.triton to scratch: triton's group
+# files name the real path, and the check compares folders, not strings.
+ln -s "$(dirname "$triton_root")" "$work/linked"
+cache h200-cache-check-through-link check --triton-dir "$work/linked/$(basename "$triton_root")"
 echo "damage: truncate $victim ($(stat -c %s "$victim") bytes) to 4096 bytes" | tee -a "$OUT/cache-runs.txt"
 truncate -s 4096 "$victim"
 before=$(tree_digest "$triton_root")
-cache h200-cache-check-damaged check
-cache h200-cache-fix fix
-cache h200-cache-check-after-fix check
-cache h200-cache-restore restore
+cache h200-cache-check-damaged check --all-roots
+cache h200-cache-fix fix --all-roots
+cache h200-cache-check-after-fix check --all-roots
+cache h200-cache-restore restore --all-roots
 after=$(tree_digest "$triton_root")
 echo "triton root digest before fix $before, after restore $after" | tee -a "$OUT/cache-runs.txt"
-tar czf "$OUT/cache-evidence.tgz" -C "$work" --exclude inductor .
+
+
+# Two fixes started together on the real cache (the restored damage and two more cubins truncated),
+# then one plain restore.
+for cubin in $(cubins | sed -n '2,3p'); do truncate -s 4096 "$cubin"; done
+before=$(tree_digest "$triton_root")
+for side in a b; do
+  (python3 -m dflashdoctor cache fix --all-roots --report-dir "$work/h200-cache-fix-$side" >"$work/h200-cache-fix-$side.txt" 2>&1
+   echo "h200-cache-fix-$side (at once): exit $?" | tee -a "$OUT/cache-runs.txt") &
+done
+wait
+cache h200-cache-restore-after-two-fixes restore --all-roots
+after=$(tree_digest "$triton_root")
+echo "two fixes at once: triton root digest before $before, after restore $after" | tee -a "$OUT/cache-runs.txt"
+tar czf "$OUT/cache-evidence.tgz" -C "$work" --exclude inductor --exclude linked .
