@@ -95,10 +95,12 @@ def run_cli(
     tmp_path: Path,
     *args: str,
     timeout: float = 600,
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
     prefix: tuple[str, ...] = (),
 ) -> CliRun:
-    """Runs the CLI in a child process; `prefix` wraps it (e.g. `setpriv ...` to drop privileges)."""
+    """Runs the CLI in a child process; `prefix` wraps it (e.g. `setpriv ...` to drop privileges).
+    `env` adds to this process's environment; a None value removes the variable."""
+    environment = {**os.environ, **(env or {})}
     report_dir = tmp_path / "report"
     words = 2 if args[0] in _COMMAND_GROUPS else 1  # `cache check`: the command is two words
     proc = subprocess.run(
@@ -108,7 +110,7 @@ def run_cli(
         text=True,
         timeout=timeout,
         cwd=tmp_path,
-        env={**os.environ, **(env or {})},
+        env={k: v for k, v in environment.items() if v is not None},
     )
     return CliRun(proc.returncode, proc.stdout, proc.stderr, report_dir)
 

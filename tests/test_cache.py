@@ -226,6 +226,17 @@ def test_relative_cache_variable_is_flagged(tmp_path):
     assert found["evidence"]["source"] == "TRITON_CACHE_DIR"
 
 
+def test_an_empty_cache_variable_is_the_current_folder_as_triton_and_torch_read_it(tmp_path):
+    """triton 3.9 keeps TRITON_CACHE_DIR='' as '' and torch makes TORCHINDUCTOR_CACHE_DIR='' the current
+    folder: both write their cache there. The check looks there too, and calls it relative."""
+    cache_tree.healthy_tree(tmp_path / "cwd", 1)
+    env = {"TRITON_CACHE_DIR": "", "TORCHINDUCTOR_CACHE_DIR": ""}
+    run = run_cli(tmp_path / "cwd", "cache", "check", env=env)
+    checked = {root["path"]: root["source"] for root in run.report["results"][0]["measurements"]["roots"]}
+    assert checked == {str(tmp_path / "cwd"): "TRITON_CACHE_DIR"}  # both name that folder: checked once
+    assert {f["evidence"]["source"] for f in run.findings("cache-relative-path")} == {"TRITON_CACHE_DIR"}
+
+
 def test_network_filesystem_is_read_from_the_mount_table(tmp_path):
     mounts = tmp_path / "mounts"
     mounts.write_text(

@@ -57,10 +57,16 @@ def _victims(tmp_path: Path) -> tuple[Path, Path]:
     return root_only, secret
 
 
+def _default_roots_in(tmp_path: Path, shared: Path) -> dict[str, str | None]:
+    """An environment whose default Inductor root is in `shared`, as it is in /tmp. Inductor sets
+    TORCHINDUCTOR_CACHE_DIR in the environment of a process that compiled (this one may have), so the
+    variable is removed."""
+    return {"TMPDIR": str(shared), "TORCHINDUCTOR_CACHE_DIR": None, "TRITON_CACHE_DIR": str(tmp_path / "triton-unused")}
+
+
 def _plain_restore(tmp_path: Path, shared: Path, *args: str):
     """`dflashdoctor cache restore` with no root named: the default Inductor root in the temp folder."""
-    env = {"TMPDIR": str(shared), "TRITON_CACHE_DIR": str(tmp_path / "triton-unused")}
-    return run_cli(tmp_path, "cache", "restore", *args, env=env)
+    return run_cli(tmp_path, "cache", "restore", *args, env=_default_roots_in(tmp_path, shared))
 
 
 def _untouched(root_only: Path, secret: Path, drop: Path) -> None:
@@ -153,8 +159,7 @@ def test_fix_refuses_a_default_root_another_user_linked_elsewhere(tmp_path, shar
     private.mkdir(parents=True)
     (private / "settings.json").write_text("{not json")  # what an Inductor scan calls a broken entry
     as_nobody(f"ln -s {private.parent} {shared}/torchinductor_root")
-    env = {"TMPDIR": str(shared), "TRITON_CACHE_DIR": str(tmp_path / "triton-unused")}
-    run = run_cli(tmp_path, "cache", "fix", env=env)
+    run = run_cli(tmp_path, "cache", "fix", env=_default_roots_in(tmp_path, shared))
     assert run.code == 1, run.stdout + run.stderr
     (refused,) = run.findings("cache-quarantine-refused")
     assert refused["where"]["file"] == str(shared / "torchinductor_root")

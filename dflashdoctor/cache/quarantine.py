@@ -166,28 +166,36 @@ class QuarantineHome:
             reason = planted_link(parent_fd, root.name)
             if reason:
                 raise Untrusted(str(root), reason)
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(home.name, PRIVATE_FOLDER, dir_fd=parent_fd)
-            try:
-                fd = open_child_folder(parent_fd, home.name)
-            except FileNotFoundError:
-                if create:
-                    raise
+            fd = cls._open_home(parent_fd, home, create)
+            if fd is None:
                 return None
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise Untrusted(str(home), refused_because(exc)) from None
+            try:  # by its name in the folder just checked, so the link rule above holds for it
+                root_fd = os.open(root.name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent_fd)
+            except BaseException:
+                os.close(fd)
                 raise
-        try:
-            reason = untrusted_reason(os.fstat(fd))
-            if reason:
-                raise Untrusted(str(home), reason)
-            root_fd = open_named_folder(root)
-        except BaseException:
-            os.close(fd)
-            raise
         return cls(root, root_fd, fd)
+
+    @staticmethod
+    def _open_home(parent_fd: int, home: Path, create: bool) -> int | None:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(home.name, PRIVATE_FOLDER, dir_fd=parent_fd)
+        try:
+            fd = open_child_folder(parent_fd, home.name)
+        except FileNotFoundError:
+            if create:
+                raise
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise Untrusted(str(home), refused_because(exc)) from None
+            raise
+        reason = untrusted_reason(os.fstat(fd))
+        if reason:
+            os.close(fd)
+            raise Untrusted(str(home), reason)
+        return fd
 
     def __enter__(self) -> QuarantineHome:
         return self

@@ -2,6 +2,7 @@
 
 - Triton: `TRITON_CACHE_DIR`, else `$TRITON_HOME/.triton/cache` (TRITON_HOME defaults to `~`).
 - Inductor: `TORCHINDUCTOR_CACHE_DIR` (made absolute), else `<tempdir>/torchinductor_<user>`.
+  A variable set to the empty string is set (triton 3.9 and torch read it so): the current folder.
   Under Inductor, Triton's kernels go to `<inductor>/triton/<device>` unless `TRITON_CACHE_DIR` is
   set; those folders are Triton roots of their own.
 Neither library is imported: resolving a path must not start torch.
@@ -44,16 +45,18 @@ def _user() -> str:
 
 
 def triton_root(env: Mapping[str, str]) -> CacheRoot:
-    if env.get("TRITON_CACHE_DIR"):
+    """A variable set to an empty value counts as set, as triton and torch read it: a relative path."""
+    if "TRITON_CACHE_DIR" in env:
         raw = env["TRITON_CACHE_DIR"]
         return CacheRoot("triton", absolute(raw), "TRITON_CACHE_DIR", relative=not os.path.isabs(raw))
-    home = env.get("TRITON_HOME") or os.path.expanduser("~")
-    source = "TRITON_HOME" if env.get("TRITON_HOME") else "default (~/.triton/cache)"
-    return CacheRoot("triton", absolute(Path(home, ".triton", "cache")), source)
+    if "TRITON_HOME" in env:
+        raw = os.path.join(env["TRITON_HOME"], ".triton", "cache")
+        return CacheRoot("triton", absolute(raw), "TRITON_HOME", relative=not os.path.isabs(raw))
+    return CacheRoot("triton", absolute(Path("~", ".triton", "cache").expanduser()), "default (~/.triton/cache)")
 
 
 def inductor_root(env: Mapping[str, str]) -> CacheRoot:
-    if env.get("TORCHINDUCTOR_CACHE_DIR"):
+    if "TORCHINDUCTOR_CACHE_DIR" in env:
         raw = env["TORCHINDUCTOR_CACHE_DIR"]
         return CacheRoot("inductor", absolute(raw), "TORCHINDUCTOR_CACHE_DIR", relative=not os.path.isabs(raw))
     default = Path(tempfile.gettempdir(), f"torchinductor_{_user()}")

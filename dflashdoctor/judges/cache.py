@@ -209,9 +209,11 @@ class CacheJudge(Judge):
         )
 
     def _blocked(self, root: str, home: str, why: str) -> None:
-        status = self._left_status(root) if self.scans else "fail"
-        self._check(f"quarantine {home}", status, f"{why}; nothing was moved")
-        if status == "fail" and not self.scans:  # restore: nothing else says it
+        """A quarantine folder that could not be used. In a fix the broken entries it would have taken
+        stay reported; in a restore the entries it holds stay out of place, which is an error."""
+        restoring = not self.scans
+        self._check(f"quarantine {home}", "fail" if restoring else self._left_status(root), f"{why}; nothing was moved")
+        if restoring:
             self._refused(Refusal(home, [why]))
 
     def _quarantined(self, root: str, run: QuarantineRun) -> None:
