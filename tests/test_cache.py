@@ -329,30 +329,31 @@ def test_a_move_that_fails_is_retried_by_the_next_fix_in_the_same_quarantine(tmp
     assert not entries[0].exists() and len(_quarantines(root)) == 1
 
 
+def _bad_input_line(run) -> str:
+    """The one line a bad input gets, after checking it is one line and exit 2."""
+    assert run.code == 2 and len(run.stderr.strip().splitlines()) == 1, run.stdout + run.stderr
+    return run.stderr.strip()
+
+
 def test_restore_of_a_damaged_manifest_exits_2(tmp_path):
     (tmp_path / "triton").mkdir()
     folder = quarantine.home_of(tmp_path / "triton") / "20261201T000000.000000Z"
     folder.mkdir(parents=True, mode=0o700)
     (folder / "manifest.json").write_text('{"schema": "dflashdoctor.quarantine/1", "entr')
-    run = check(tmp_path, "restore", str(folder))
-    assert run.code == 2
-    expected = f"dflashdoctor: {folder / 'manifest.json'} is not a readable quarantine manifest"
-    assert run.stderr.strip().startswith(expected) and len(run.stderr.strip().splitlines()) == 1
+    line = _bad_input_line(check(tmp_path, "restore", str(folder)))
+    assert line.startswith(f"dflashdoctor: {folder / 'manifest.json'} is not a readable quarantine manifest")
 
 
 def test_restore_of_a_folder_outside_a_quarantine_exits_2(tmp_path):
     """A folder with a manifest that does not sit beside a root: its root cannot be known."""
     (tmp_path / "manifest.json").write_text("{}")
-    run = check(tmp_path, "restore", str(tmp_path))
-    assert run.code == 2
-    expected = f"dflashdoctor: {tmp_path} is not a quarantine folder: it does not sit in a"
-    assert run.stderr.strip().startswith(expected) and len(run.stderr.strip().splitlines()) == 1
+    line = _bad_input_line(check(tmp_path, "restore", str(tmp_path)))
+    assert line.startswith(f"dflashdoctor: {tmp_path} is not a quarantine folder: it does not sit in a")
 
 
 def test_restore_of_a_folder_without_manifest_exits_2(tmp_path):
-    run = check(tmp_path, "restore", str(tmp_path))
-    assert run.code == 2
-    assert run.stderr.strip() == f"dflashdoctor: {tmp_path} is not a quarantine folder (no manifest.json in it)"
+    line = _bad_input_line(check(tmp_path, "restore", str(tmp_path)))
+    assert line == f"dflashdoctor: {tmp_path} is not a quarantine folder (no manifest.json in it)"
 
 
 def test_driver_modules_of_older_triton_are_healthy_and_a_lone_kernel_binary_is_not(tmp_path):
