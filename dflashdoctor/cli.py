@@ -19,9 +19,8 @@ from dflashdoctor.commands.run import RunOptions, run
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
 from dflashdoctor.errors import BadInput
 from dflashdoctor.models import preset_names
-from dflashdoctor.output import default_report_dir, emit, write_extra_outputs
+from dflashdoctor.output import destination_problem, emit, new_report_dir
 from dflashdoctor.reference import DEFAULT_TARGET
-from dflashdoctor.render import github
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
 
 app = typer.Typer(
@@ -33,8 +32,22 @@ app = typer.Typer(
 )
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout, nothing else.")]
+
+
+def _writable_report_dir(value: Path | None) -> Path | None:
+    """Every command's --report-dir (or the default reports/) is checked while the options are read,
+    before any probe runs."""
+    problem = destination_problem(value)
+    if problem:
+        raise typer.BadParameter(problem)
+    return value
+
+
 ReportDirOpt = Annotated[
-    Path | None, typer.Option("--report-dir", help="Write report.json/html/md and junit.xml here.")
+    Path | None,
+    typer.Option(
+        "--report-dir", callback=_writable_report_dir, help="Write report.json/html/md, junit.xml and .sarif here."
+    ),
 ]
 PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter to probe with (default: this one).")]
 SshOpt = Annotated[
@@ -233,7 +246,7 @@ def run_command(
     """
     if "--" not in sys.argv:  # without it the command's own options (--steps, --json) would be taken as ours
         raise BadInput("put the command after --, e.g. dflashdoctor run -- python train.py")
-    directory = report_dir or default_report_dir("run")
+    directory = report_dir or new_report_dir("run")
     options = RunOptions(
         command=list(ctx.args),
         report_dir=directory,
@@ -241,6 +254,7 @@ def run_command(
         steps=steps,
         memory_snapshot=memory_snapshot,
         strict=strict,
+        stdout_to_stderr=json_output,
     )
     report = run(options, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=directory, verbose=verbose))
@@ -265,9 +279,15 @@ def gate_command(
     """Run the probes that apply, against the configured budgets: one pass/fail step before a long run."""
     options = GateOptions(config=config, cwd=Path.cwd(), target=target, device=device, python=python, ssh=ssh)
     report = gate(options, _argv())
-    code = emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose)
-    write_extra_outputs(report, junit=junit, sarif=sarif)
-    github.publish(report, os.environ)
+    code = emit(
+        report,
+        json_output=json_output,
+        report_dir=report_dir,
+        verbose=verbose,
+        junit=junit,
+        sarif=sarif,
+        environ=os.environ,
+    )
     raise typer.Exit(code)
 
 

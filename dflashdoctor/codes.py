@@ -60,6 +60,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
     "child-failed": ("error", "the command under `run` exited non-zero or died by a signal"),
+    "run-interrupted": ("error", "dflashdoctor got Ctrl-C or SIGTERM and stopped the run before it ended (exit 3)"),
     "probe-crashed": ("error", "a probe crashed, hung or timed out (exit code 3)"),
 }
 

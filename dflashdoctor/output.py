@@ -1,45 +1,89 @@
-"""Where a finished Report goes: the terminal or stdout as JSON, and the report directory."""
+"""Where a finished Report goes: the terminal or stdout as JSON, the report directory, and the copies
+CI asks for. Every output starts from the report made encodable (render/text.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
 
 from dflashdoctor.errors import BadInput
-from dflashdoctor.render import write_report_dir
+from dflashdoctor.render import github, write_report_dir
 from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.render.terminal import render_terminal
+from dflashdoctor.render.text import encodable_report
 from dflashdoctor.report import Report
 
 DEFAULT_REPORTS = Path("reports")
 
 
-def default_report_dir(command: str) -> Path:
+def destination_problem(report_dir: Path | None) -> str | None:
+    """Why the report could not be written there, checked before any probe runs (minutes of probing
+    must not end in a report that cannot be kept): the nearest folder that exists must be a folder
+    this user can write."""
+    path = report_dir if report_dir is not None else DEFAULT_REPORTS
+    existing = path
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder" if existing != path else f"{path} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} cannot be written by this user"
+    return None
+
+
+def new_report_dir(command: str) -> Path:
+    """`reports/<time>-<command>`, made now and never shared: a second run in the same second gets `-2`."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return DEFAULT_REPORTS / f"{stamp}-{command}"
+    for attempt in range(1, 10_000):
+        path = DEFAULT_REPORTS / (f"{stamp}-{command}" if attempt == 1 else f"{stamp}-{command}-{attempt}")
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise BadInput(f"cannot create the report folder {path}: {exc.strerror}") from None
+        return path
+    raise BadInput(f"no free report folder name under {DEFAULT_REPORTS} for {stamp}-{command}")
 
 
-def emit(report: Report, *, json_output: bool, report_dir: Path | None, verbose: bool) -> int:
-    """Write the report directory, show the report, and return the exit code."""
-    directory = write_report_dir(report, report_dir or default_report_dir(report.command))
+def emit(
+    report: Report,
+    *,
+    json_output: bool,
+    report_dir: Path | None,
+    verbose: bool,
+    junit: Path | None = None,
+    sarif: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Write the report directory (and the CI copies asked for), show the report, return the exit code."""
+    report = encodable_report(report)
+    directory = report_dir if report_dir is not None else new_report_dir(report.command)
+    try:
+        write_report_dir(report, directory)
+    except OSError as exc:
+        raise BadInput(f"cannot write the report to {directory}: {exc.strerror}") from None
+    for path, render in ((junit, render_junit), (sarif, render_sarif)):
+        if path is not None:
+            _write_copy(path, render(report))
     if json_output:
         sys.stdout.write(report.to_json() + "\n")
     else:
         render_terminal(report, Console(), verbose=verbose, report_dir=str(directory))
+    if environ is not None:
+        github.publish(report, environ)
     return report.exit_code()
 
 
-def write_extra_outputs(report: Report, *, junit: Path | None, sarif: Path | None) -> None:
-    """Copies CI asks for at paths of its own (the report directory has every format already)."""
-    for path, render in ((junit, render_junit), (sarif, render_sarif)):
-        if path is None:
-            continue
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(render(report), encoding="utf-8")
-        except OSError as exc:  # the report directory is written already; say which copy failed
-            raise BadInput(f"cannot write {path}: {exc.strerror}") from None
+def _write_copy(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:  # the report directory is written already; say which copy failed
+        raise BadInput(f"cannot write {path}: {exc.strerror}") from None

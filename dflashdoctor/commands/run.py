@@ -25,6 +25,7 @@ class RunOptions:
     steps: int | None = None
     memory_snapshot: bool = False
     strict: bool = False
+    stdout_to_stderr: bool = False  # --json: the command's output must not mix with the report on stdout
 
 
 def run(options: RunOptions, argv: list[str]) -> Report:
@@ -44,7 +45,8 @@ def run(options: RunOptions, argv: list[str]) -> Report:
     settings = RunSettings(steps=options.steps, memory_snapshot=options.memory_snapshot, strict=options.strict)
     bootstrap = launch.bootstrap_folder()
     try:
-        child = launch.start(command, launch.child_environment(bootstrap, events, settings))
+        environment = launch.child_environment(bootstrap, events, settings)
+        child = launch.start(command, environment, stdout_to_stderr=options.stdout_to_stderr)
         outcome = watch(child, events, options.hang_timeout_s)
     finally:
         shutil.rmtree(bootstrap, ignore_errors=True)

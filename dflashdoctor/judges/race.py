@@ -106,25 +106,19 @@ class RaceJudge(Judge):
             )
             return
         if self.fix == "none":
-            self._race_finding(trial, "Threads sharing one triton autotuner crash it")
-            self._check("forced race", "fail", self._trial_summary(trial), "autotuner-race")
+            code = self._failure(trial, "Threads sharing one triton autotuner crash it")
+            self._check("forced race", "fail", self._trial_summary(trial), code)
         else:
             self._check("forced race", "info", f"without a fix: {self._trial_summary(trial)}")
 
     def _fixed(self) -> None:
         trial = self.obs["forced_fixed"]
         self.measurements["forced_fixed"] = trial
-        if trial["failed"]:
-            self._race_finding(trial, f"The race still happens with --fix {self.fix}")
+        codes = [self._failure(trial, f"The race still happens with --fix {self.fix}")] if trial["failed"] else []
         verdict = "fail" if trial["failed"] else "pass"
         entries = len(trial["concurrent_entries"])
         overlap = f"; {entries} concurrent entries waited for the lock" if self.fix == "lock" else ""
-        self._check(
-            f"fix {self.fix}",
-            verdict,
-            f"forced: {self._trial_summary(trial)}{overlap}",
-            *(["autotuner-race"] if trial["failed"] else []),
-        )
+        self._check(f"fix {self.fix}", verdict, f"forced: {self._trial_summary(trial)}{overlap}", *codes)
 
     def _series(self, trials: list[dict[str, Any]], name: str, what: str) -> None:
         """Trials under the chosen fix: a failure rate, and the race or the overlaps they showed."""
@@ -134,10 +128,12 @@ class RaceJudge(Judge):
         if not trials:
             return
         self.measurements[f"{key}_failure_rate"] = round(len(failed) / len(trials), 3)
-        if failed and not any(f.code == "autotuner-race" for f in self.findings):
+        codes = sorted({_blame(t) for t in failed})
+        if failed and not any(f.code in codes for f in self.findings):
             fixed = f" with --fix {self.fix}" if self.fix != "none" else ""
             title = f"Threads sharing one triton autotuner failed in {len(failed)} of {len(trials)} {what}{fixed}"
-            self._race_finding(failed[0], title)
+            raced = [t for t in failed if _blame(t) == "autotuner-race"]
+            self._failure((raced or failed)[0], title, failures=(len(failed), len(trials), what))
         overlapped = [t for t in trials if t["concurrent_entries"] and not t["failed"]]
         if overlapped and self.fix == "none":
             self._overlap_finding(overlapped, len(trials))
@@ -147,7 +143,7 @@ class RaceJudge(Judge):
             "fail" if failed else "pass",
             f"{len(failed)} of {len(trials)} {what} failed with --fix {self.fix}"
             + ("; outputs equal to single-threaded runs" if equal and not failed else ""),
-            *(["autotuner-race"] if failed else []),
+            *codes,
         )
 
     def _reached(self, trials: list[dict[str, Any]]) -> None:
@@ -222,6 +218,35 @@ class RaceJudge(Judge):
         equal = "outputs equal to a single-threaded run" if trial["outputs_equal"] else "outputs differ"
         return f"0 of {trial['threads']} threads failed, {equal} ({trial['duration_s']} s)"
 
+    def _failure(self, trial: dict[str, Any], title: str, failures: tuple[int, int, str] | None = None) -> str:
+        """The finding for a failed trial, by where it failed; its code."""
+        code = _blame(trial)
+        if code == "autotuner-race":
+            self._race_finding(trial, title)
+        else:
+            self._target_finding(trial, failures)
+        return code
+
+    def _target_finding(self, trial: dict[str, Any], failures: tuple[int, int, str] | None) -> None:
+        """A failure no autotuner took part in: the target's own error, named as such."""
+        error = trial["errors"][0] if trial["errors"] else None
+        how = f"{error['type']}: {error['message']}" if error else "its outputs differ from a single-threaded run"
+        many = f" in {failures[0]} of {failures[1]} {failures[2]}" if failures else ""
+        self.findings.append(
+            finding(
+                "target-raised",
+                f"The race workload failed{many} outside any triton autotuner: {how}"[:300],
+                detail="No thread was inside an autotuner when it failed and no two threads met in one, so this is "
+                "not the autotuner race: it is the workload's own "
+                + ("error" if error else "nondeterminism under threads")
+                + (f", raised at {error['frame']}." if error and error["frame"] else "."),
+                where=frame_where(error["frame"]) if error else None,
+                evidence={"errors": trial["errors"][:4], "outputs_equal": trial["outputs_equal"]},
+                fix="Call the target once by itself, as the race calls it (`fn(worker, device)`), and fix that; "
+                "then run race again.",
+            )
+        )
+
     def _race_finding(self, trial: dict[str, Any], title: str) -> None:
         error = trial["errors"][0] if trial["errors"] else None
         stacks = {e["thread"]: e["traceback"] for e in trial["errors"]}
@@ -265,6 +290,17 @@ class RaceJudge(Judge):
                 refs=REFS,
             )
         )
+
+
+def _blame(trial: dict[str, Any]) -> str:
+    """`autotuner-race` only when the failure was inside an autotuner (a thread's exception passed
+    through one, or its traceback through triton's autotuner module) or the guard saw two threads in
+    one autotuner; anything else is the target's own (`target-raised`)."""
+    inside = any(
+        error.get("kernel") or "triton/runtime/autotuner.py" in (error.get("traceback") or "")
+        for error in trial["errors"]
+    )
+    return "autotuner-race" if inside or trial["concurrent_entries"] else "target-raised"
 
 
 def judge(observations: dict[str, Any]) -> ProbeResult:

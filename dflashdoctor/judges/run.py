@@ -305,8 +305,45 @@ class RunJudge(Judge):
         overview = self.result()
         if any(c.status == "fail" for c in self.checks):
             overview.status = "fail"
+        if self.outcome.interrupted:
+            overview.status = "error"  # no verdict on a run that was cut short: exit 3
         overview.duration_s = self.outcome.duration_s
         return [overview, *sections]
+
+    def _hung(self, hang: dict[str, Any]) -> None:
+        """The watchdog stopped the command: never a pass. Each process whose stacks were taken has
+        its own `hang` finding; a command with none (not Python, or not instrumented) gets this one."""
+        silent = hang["silent_s"]
+        self._check("watchdog", "fail", f"no progress for {silent} s: stacks taken, run stopped", "hang")
+        if hang.get("stacks"):
+            return
+        self.findings.append(
+            finding(
+                "hang",
+                f"The command made no progress for {silent} s; dflashdoctor stopped it",
+                detail="No instrumented Python process reported progress within --hang-timeout, so the run was "
+                "stopped (SIGTERM to its process group, then SIGKILL). None of its processes had loaded the agent, "
+                "so no stacks could be taken.",
+                evidence={"silent_s": silent, "command": self.command, "returncode": self.outcome.returncode},
+                fix="Raise --hang-timeout if the command was only slow (0 turns the watchdog off); run the Python "
+                "program itself under `dflashdoctor run -- python ...` to get every thread's stack.",
+            )
+        )
+
+    def _interrupted(self) -> None:
+        """dflashdoctor itself was interrupted and stopped the command: the run did not end on its own,
+        so there is no verdict on it (exit 3), only what was seen until then."""
+        self._check("interrupted", "fail", "dflashdoctor was interrupted and stopped the run", "run-interrupted")
+        self.findings.append(
+            finding(
+                "run-interrupted",
+                "The run was stopped before it ended: dflashdoctor got Ctrl-C or SIGTERM",
+                detail="The command was stopped (SIGINT to its process group, then SIGKILL). What each process did "
+                "until then is in the sections below; what it would have done after is unknown.",
+                evidence={"command": self.command, "returncode": self.outcome.returncode},
+                fix="Run it again to the end (or with --steps N to stop it after N optimizer steps on purpose).",
+            )
+        )
 
     def _overview(self, shown: list[ProcessLog]) -> None:
         outcome = self.outcome
@@ -335,10 +372,9 @@ class RunJudge(Judge):
                 )
             )
         if outcome.hang:
-            silent = outcome.hang["silent_s"]
-            self._check("watchdog", "fail", f"no progress for {silent} s: stacks taken, run stopped", "hang")
+            self._hung(outcome.hang)
         if outcome.interrupted:
-            self._check("interrupted", "warn", "stopped by Ctrl-C: the report holds what was seen until then")
+            self._interrupted()
         if code == 0:
             self._check("exit code", "pass", "the command exited 0")
             return

@@ -8,14 +8,17 @@ from collections.abc import Mapping
 
 from dflashdoctor.render.common import repo_path
 from dflashdoctor.render.markdown import render_markdown
+from dflashdoctor.render.text import without_controls
 from dflashdoctor.report import Report
 
 _COMMAND = {"error": "error", "warning": "warning", "info": "notice"}
 
 
 def _escape(text: str, *, property_value: bool = False) -> str:
-    """Workflow-command escaping: %, CR and LF always; `:` and `,` in property values too."""
+    """Workflow-command escaping: %, CR and LF always; `:` and `,` in property values too; no other
+    control character reaches the log."""
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    text = without_controls(text)
     return text.replace(":", "%3A").replace(",", "%2C") if property_value else text
 
 

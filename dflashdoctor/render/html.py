@@ -19,6 +19,7 @@ from dflashdoctor.render.common import (
     subject,
     verdict_line,
 )
+from dflashdoctor.render.text import with_strings, xml_legal
 from dflashdoctor.report import Comparison, Finding, Report
 
 _STYLE = """
@@ -85,6 +86,7 @@ def _finding(f: Finding) -> str:
 
 
 def render_html(report: Report) -> str:
+    report = with_strings(report, xml_legal)  # `escape` handles markup; control characters are not HTML
     body = [
         f"<h1>dflashdoctor {escape(report.command)}</h1>",
         f"<p><code>{escape(subject(report))}</code></p>",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from xml.etree import ElementTree as ET
 
+from dflashdoctor.render.text import with_strings, xml_legal
 from dflashdoctor.report import ProbeResult, Report
 
 
@@ -33,6 +34,7 @@ def _cases(result: ProbeResult) -> list[ET.Element]:
 
 
 def render_junit(report: Report) -> str:
+    report = with_strings(report, xml_legal)  # ElementTree escapes markup, not characters XML forbids
     suites = ET.Element("testsuites", name=f"dflashdoctor {report.command}", time=f"{report.duration_s:.3f}")
     for result in report.results:
         cases = _cases(result)

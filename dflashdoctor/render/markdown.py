@@ -1,4 +1,5 @@
-"""Markdown: for pull requests, issue comments and $GITHUB_STEP_SUMMARY."""
+"""Markdown: for pull requests, issue comments and $GITHUB_STEP_SUMMARY. Every string from the report
+goes through `markdown_text` or `markdown_code`, so a message holding HTML or backticks stays text."""
 
 from __future__ import annotations
 
@@ -13,17 +14,25 @@ from dflashdoctor.render.common import (
     subject,
     verdict_line,
 )
+from dflashdoctor.render.text import markdown_block_fence, markdown_code, markdown_text
 from dflashdoctor.report import Report
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return markdown_text(text).replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(report: Report) -> str:
-    lines = [f"# dflashdoctor {report.command}", "", f"`{subject(report)}`", "", f"**{verdict_line(report)}**", ""]
+    lines = [
+        f"# dflashdoctor {markdown_text(report.command)}",
+        "",
+        markdown_code(subject(report)),
+        "",
+        f"**{markdown_text(verdict_line(report))}**",
+        "",
+    ]
     for result in report.results:
-        lines += [f"## {result.probe}: {result.status}", ""]
+        lines += [f"## {markdown_text(result.probe)}: {result.status}", ""]
         if result.checks:
             lines += ["| check | result | summary |", "|---|---|---|"]
             lines += [f"| {_cell(c.name)} | {CHECK_MARKS[c.status]} | {_cell(c.summary)} |" for c in result.checks]
@@ -34,23 +43,18 @@ def render_markdown(report: Report) -> str:
             lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
             lines.append("")
         for f in result.findings:
-            lines += [f"### [{f.severity}] `{f.code}`: {f.title}", ""]
+            title = markdown_text(f.title).replace("\n", " ")
+            lines += [f"### [{f.severity}] {markdown_code(f.code)}: {title}", ""]
             if f.where:
-                lines += [f"at `{f.where.label()}`", ""]
+                lines += [f"at {markdown_code(f.where.label())}", ""]
             if f.detail:
-                lines += [f.detail, ""]
+                lines += [markdown_text(f.detail), ""]
             if f.fix:
-                lines += [f"**Fix:** {f.fix}", ""]
+                lines += [f"**Fix:** {markdown_text(f.fix)}", ""]
             if f.evidence:
-                lines += [
-                    "<details><summary>evidence</summary>",
-                    "",
-                    "```json",
-                    json.dumps(f.evidence, indent=2, default=str),
-                    "```",
-                    "</details>",
-                    "",
-                ]
+                evidence = json.dumps(f.evidence, indent=2, default=str)
+                fence = markdown_block_fence(evidence)
+                lines += ["<details><summary>evidence</summary>", "", f"{fence}json", evidence, fence, "</details>", ""]
         scalars = scalar_measurements(result.measurements)
         if scalars:
             lines += ["| measurement | value |", "|---|---|"]

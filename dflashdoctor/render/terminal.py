@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dflashdoctor.render.common import SITE_COLUMNS, site_rows, subject, verdict_line
+from dflashdoctor.render.text import with_strings, without_controls
 from dflashdoctor.report import Finding, Report
 
 _CHECK_STYLE = {
@@ -41,6 +42,8 @@ def _finding(console: Console, f: Finding, verbose: bool) -> None:
 
 
 def render_terminal(report: Report, console: Console, *, verbose: bool = False, report_dir: str | None = None) -> None:
+    report = with_strings(report, without_controls)  # a message's escape sequences must not drive the terminal
+    report_dir = without_controls(report_dir) if report_dir else report_dir
     console.print(Text.assemble(("dflashdoctor " + report.command, "bold"), "  ", subject(report)))
     sections = len(report.results) > 1  # run: one section per process
     for result in report.results:

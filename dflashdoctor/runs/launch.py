@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -48,10 +49,13 @@ def child_environment(bootstrap: Path, events: Path, settings: RunSettings) -> d
     return env
 
 
-def start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start(command: list[str], env: dict[str, str], *, stdout_to_stderr: bool = False) -> subprocess.Popen[bytes]:
     """Its own session, so that the doctor can stop the whole tree (torchrun and its workers) at
-    once; stdin, stdout and stderr are the doctor's own, so the output passes through untouched."""
+    once; stdin, stdout and stderr are the doctor's own, so the output passes through untouched,
+    except that with `stdout_to_stderr` (--json) the command's stdout goes to stderr: the doctor's
+    stdout then carries the one JSON report and nothing else."""
     try:
-        return subprocess.Popen(command, env=env, start_new_session=True)
+        stdout = sys.stderr.fileno() if stdout_to_stderr else None
+        return subprocess.Popen(command, env=env, start_new_session=True, stdout=stdout)
     except OSError as exc:  # executable but not a program the kernel can start (no shebang, ...)
         raise BadInput(f"cannot start {command[0]}: {exc.strerror}") from None
