@@ -34,6 +34,13 @@ class MissingPackage(UsageError):
         self.package = package
 
 
+def first_line(text: str | None, empty: str = "(no message)") -> str:
+    """The first line of an exception's message or a reason, which may be empty (`MemoryError()`,
+    a bare `assert`): `empty` then, never an IndexError."""
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else empty
+
+
 def resolve_device(requested: str) -> str:
     """`auto` becomes cuda where torch sees a GPU; cuda where it sees none is bad input."""
     import torch

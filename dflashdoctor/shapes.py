@@ -50,11 +50,16 @@ def shape_with(device: str, overrides: dict[str, Any]) -> AttentionShape:
     return replace(default_shape(device), **given)
 
 
+# No tensor dimension torch indexes with 32-bit kernels goes past this; nothing real comes near it.
+MAX_SIZE = 2**31 - 1
+
+
 def shape_problem(shape: AttentionShape, mask: str) -> str | None:
     """Why this shape cannot run, in one line, or None when it can."""
     for name in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "block_size"):
-        if getattr(shape, name) < 1:
-            return f"--{name.replace('_', '-')} must be at least 1 (got {getattr(shape, name)})"
+        value = getattr(shape, name)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIZE:
+            return f"--{name.replace('_', '-')} must be a whole number from 1 to {MAX_SIZE} (got {value!r})"
     if shape.dtype not in DTYPES:
         return f"unknown dtype {shape.dtype!r}; expected one of {', '.join(DTYPES)}"
     if shape.heads % shape.kv_heads:

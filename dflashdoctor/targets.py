@@ -87,9 +87,12 @@ def resolve(spec: str) -> tuple[Any, ModuleType, str]:
     module = _import(module_part)
     obj: Any = module
     for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise UsageError(f"{module_part} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{module_part} has no attribute {attr!r}") from None
+        except Exception as exc:  # a module __getattr__ or a property that raises: the target's own doing
+            raise UsageError(f"looking up {attr!r} in {module_part} raised {type(exc).__name__}: {exc}") from None
     if not callable(obj):
         raise UsageError(f"{spec} is a {type(obj).__name__}, not a callable")
     return obj, module, attr

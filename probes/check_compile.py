@@ -118,8 +118,21 @@ class CheckCompileProbe:
             record["compiles"] = self.watch.collect(name)
             self.dense.phase = ""
 
+    @contextmanager
+    def _allocating(self):
+        """The probe's own inputs and mask: a shape too large for this machine is the input's fault
+        (exit 2), not a finding about the target and not a crash."""
+        try:
+            yield
+        except (*_OOM_ERRORS, RuntimeError) as exc:
+            if not isinstance(exc, _OOM_ERRORS) and "allocate" not in str(exc):
+                raise
+            message = probe_support.first_line(str(exc), type(exc).__name__)[:300]
+            raise UsageError(f"{self.shape.label()} does not fit on {self.device}: {message}") from None
+
     def _oom_record(self, phase: str, exc: BaseException) -> dict[str, Any]:
-        record: dict[str, Any] = {"phase": phase, "message": str(exc).splitlines()[0][:500]}
+        message = probe_support.first_line(str(exc), type(exc).__name__)
+        record: dict[str, Any] = {"phase": phase, "message": message[:500]}
         if self.device == "cuda":
             record["allocated_bytes"] = torch.cuda.memory_allocated()
             record["reserved_bytes"] = torch.cuda.memory_reserved()
@@ -146,11 +159,13 @@ class CheckCompileProbe:
         setup_started = time.perf_counter()
         target, module, attr = resolve(self.config["target"])
         shape = self.shape
-        q, k, v = _inputs(shape, self.device, shape.kv_len, self.backward, seed=0)
+        with self._allocating():
+            q, k, v = _inputs(shape, self.device, shape.kv_len, self.backward, seed=0)
         check_call_convention(target, self.config["target"], (q, k, v))
         info = describe(target, module, attr, self.config["target"])
         self.watch = DynamoWatch()
-        mask = build_block_mask(self.config["mask"], shape.q_len, shape.kv_len, self.device, shape.block_size)
+        with self._allocating():
+            mask = build_block_mask(self.config["mask"], shape.q_len, shape.kv_len, self.device, shape.block_size)
         setup_s = time.perf_counter() - setup_started
         vary: list[dict[str, Any]] = []
         numerics: dict[str, Any] = {}

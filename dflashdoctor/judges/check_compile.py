@@ -16,6 +16,7 @@ from typing import Any
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, RAISED, recompile_limit_record, skipped_frame_record
+from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import Bar, Comparison, ProbeResult, Where
 
 _TARGET_PHASES = ("target:", "numerics", "vary:")
@@ -72,7 +73,7 @@ def parse_guard(reason: str, known_file: str | None) -> Guard:
     Global names come out as `global pkg.mod.name`; dynamo shortens long paths from the left, so a
     path that is a suffix of the target's own file is taken to be that file.
     """
-    first = _COMPILE_ID_PREFIX.sub("", reason.splitlines()[0] if reason else "")
+    first = _COMPILE_ID_PREFIX.sub("", first_line(reason, ""))
     parts = [p.strip() for p in first.split("  # ")]
     expression = _IMPORTED_GLOBAL.sub(lambda m: f"global {m.group(1).replace('_dot_', '.')}.{m.group(2)}", parts[0])
     expression = _PLAIN_GLOBAL.sub(lambda m: f"global {m.group(1)}", expression)
@@ -170,7 +171,7 @@ class CheckCompileJudge(Judge):
         error = self.obs.get("target_error")
         if not error:
             return
-        message = error["message"].strip().splitlines()[0] if error["message"].strip() else ""
+        message = first_line(error["message"], "")
         self.findings.append(
             finding(
                 "target-raised",
@@ -305,7 +306,7 @@ class CheckCompileJudge(Judge):
                     "guard": guard.expression,
                     "recompile_limit": limit_value,
                     "limit_hit_in_phase": limit["phase"],
-                    "recompile_reasons": [r.splitlines()[0] for r in reasons][-10:],
+                    "recompile_reasons": [first_line(r, "") for r in reasons][-10:],
                     **(self._dense_evidence() if self.dense_fwd or self.dense_bwd else {}),
                 },
                 fix=(
@@ -466,7 +467,7 @@ class CheckCompileJudge(Judge):
                     f"{len(recompiles)} recompiles, above the budget of {self.budgets.max_recompiles}",
                     detail="Each recompile costs a compile and brings the recompile limit closer. "
                     f"The guards that failed, last first: {'; '.join(reversed(reasons[-3:]))}",
-                    evidence={"recompile_reasons": [c["recompile_reason"].splitlines()[0] for c in recompiles]},
+                    evidence={"recompile_reasons": [first_line(c["recompile_reason"], "") for c in recompiles]},
                     fix="Make the varying value a tensor or a dynamic dimension; see the guard named above.",
                 )
             )

@@ -18,6 +18,7 @@ from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, frame_where, size_text
 from dflashdoctor.judges.known_causes import known_cause
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
+from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import ProbeResult, Where
 from dflashdoctor.runs.events import ProcessLog
 from dflashdoctor.runs.watch import Outcome
@@ -31,11 +32,6 @@ def _user_frame(frames: list[str]) -> str | None:
     `file:line in function`, innermost last); else the innermost."""
     mine = (f for f in reversed(frames) if is_user_file(f.rsplit(" in ", 1)[0].rsplit(":", 1)[0]))
     return next(mine, frames[-1] if frames else None)
-
-
-def _first_line(text: str) -> str:
-    """An exception's message may be empty (a bare `assert`, `raise ValueError()`)."""
-    return (text.strip().splitlines() or ["(no message)"])[0]
 
 
 def _launch_frame(frames: list[str]) -> str | None:
@@ -119,7 +115,7 @@ class ProcessJudge(Judge):
             self.findings.append(
                 finding(
                     "uncaught-exception",
-                    f"{exc['type']}{module} on thread {exc['thread']}: {_first_line(exc['message'])[:200]}",
+                    f"{exc['type']}{module} on thread {exc['thread']}: {first_line(exc['message'])[:200]}",
                     detail=f"Nothing caught it; it ended thread {exc['thread']}"
                     + (" and the process." if exc["thread"] == "MainThread" else ".")
                     + (f" It was raised inside module `{exc['module']}`." if exc.get("module") else "")
@@ -155,7 +151,7 @@ class ProcessJudge(Judge):
                     f"{size_text(oom.get('free_bytes'))} free of {size_text(oom.get('device_total_bytes'))}, "
                     f"after {oom.get('steps', 0)} optimizer steps."
                     if oom
-                    else f"{exc.get('type')}: {_first_line(str(exc.get('message', '')))[:300]}"
+                    else f"{exc.get('type')}: {first_line(str(exc.get('message', '')))[:300]}"
                 )
                 + (
                     f" Memory snapshot: {oom['memory_snapshot']} (open it at https://pytorch.org/memory_viz)."

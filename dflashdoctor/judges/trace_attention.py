@@ -14,6 +14,7 @@ from typing import Any
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, recompile_limit_record, skipped_frame_record
+from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import ProbeResult, Where
 
 _FLEX = "flex_attention"
@@ -104,7 +105,7 @@ def dense_cause(row: dict[str, Any], obs: dict[str, Any]) -> str:
     compiles = obs.get("compiles") or []
     limit = recompile_limit_record(compiles)
     if limit:
-        reason = (limit.get("fail_reason") or "").strip().splitlines()[0]
+        reason = first_line(limit.get("fail_reason"), "")
         return f"recompile limit: dynamo gave up on `{limit.get('co_name')}` and runs it eagerly ({reason})"
     skipped = skipped_frame_record(compiles)
     if skipped:
