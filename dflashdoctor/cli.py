@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,7 @@ from dflashdoctor.commands.race import RaceOptions, race
 from dflashdoctor.commands.run import RunOptions, run
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
 from dflashdoctor.errors import BadInput
+from dflashdoctor.limits import seconds_problem
 from dflashdoctor.models import preset_names
 from dflashdoctor.output import destination_problem, emit, new_report_dir
 from dflashdoctor.reference import DEFAULT_TARGET
@@ -54,7 +56,23 @@ SshOpt = Annotated[
     str | None,
     typer.Option("--ssh", help="[user@]host[:port]: run the probed side there through ssh (--python: its python)."),
 ]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Seconds before a probe is killed.")]
+
+
+def _seconds(zero_means: str | None = None) -> Callable[[float], float]:
+    """A typer callback: nan and infinity are refused (some releases of click let nan through `min`)."""
+
+    def check(value: float) -> float:
+        problem = seconds_problem(value, "", zero_means=zero_means)
+        if problem:
+            raise typer.BadParameter(problem)
+        return value
+
+    return check
+
+
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", min=1, callback=_seconds(), help="Seconds before a probe is killed.")
+]
 # Typer raises click's exceptions, from a vendored copy of click in newer releases: take the class
 # from typer itself so both layouts are caught.
 _CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
@@ -225,6 +243,7 @@ def run_command(
         float,
         typer.Option(
             min=0,
+            callback=_seconds("turns the watchdog off"),
             help="Seconds without progress in any process before the stacks are taken "
             "and the run is stopped; 0 turns the watchdog off.",
         ),
@@ -320,7 +339,12 @@ AllRootsOpt = Annotated[
 ]
 WaitOpt = Annotated[
     float,
-    typer.Option("--wait", min=0, help="Seconds to wait while another fix or restore holds a root's lock."),
+    typer.Option(
+        "--wait",
+        min=0,
+        callback=_seconds("does not wait"),
+        help="Seconds to wait while another fix or restore holds a root's lock.",
+    ),
 ]
 
 

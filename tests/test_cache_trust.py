@@ -311,5 +311,5 @@ def test_a_wait_that_is_not_seconds_is_bad_input(tmp_path, wait):
 
 def test_the_api_refuses_a_nan_wait(tmp_path):
     options = CacheOptions("fix", triton_dir=tmp_path, wait_s=float("nan"))
-    with pytest.raises(BadInput, match="--wait nan: expected seconds, 0 or more"):
+    with pytest.raises(BadInput, match="--wait must be a finite number of seconds, not nan"):
         cache(options, ["dflashdoctor", "cache", "fix"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from dflashdoctor.cache.safe_fs import Untrusted, refused_because
 from dflashdoctor.cache.triton_scan import scan_triton
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.cache import CacheJudge
+from dflashdoctor.limits import seconds_problem
 from dflashdoctor.report import Report
 from dflashdoctor.session import finish, new_report
 
@@ -94,8 +94,9 @@ def _cache(options: CacheOptions, argv: list[str]) -> Report:
     for path, option in ((options.triton_dir, "--triton-dir"), (options.inductor_dir, "--inductor-dir")):
         if path is not None:
             _usable_dir(path, option)
-    if math.isnan(options.wait_s) or options.wait_s < 0:
-        raise BadInput(f"--wait {options.wait_s}: expected seconds, 0 or more")
+    problem = seconds_problem(options.wait_s, "--wait", zero_means="does not wait")
+    if problem:
+        raise BadInput(problem)
     named = _named_quarantine(options.quarantine) if options.quarantine is not None else None
     started = time.monotonic()
     report = new_report("cache", argv)

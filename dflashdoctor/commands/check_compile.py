@@ -8,6 +8,7 @@ from typing import Any
 
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.check_compile import Budgets, judge
+from dflashdoctor.limits import MAX_VARY, count_problem
 from dflashdoctor.reference import DEFAULT_TARGET
 from dflashdoctor.report import Report
 from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
@@ -42,8 +43,11 @@ def validate(options: CheckCompileOptions) -> None:
         problem = shape_problem(shape_with(options.device, options.shape), options.mask)
         if problem:
             raise BadInput(problem)
-    if options.vary < 0:
-        raise BadInput(f"--vary must be 0 or more (got {options.vary})")
+    problem = count_problem(options.vary, "--vary", 0, MAX_VARY) or count_problem(
+        options.max_recompiles, "--max-recompiles", 0
+    )
+    if problem:
+        raise BadInput(problem)
 
 
 def probe_config(options: CheckCompileOptions) -> dict[str, Any]:

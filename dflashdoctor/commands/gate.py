@@ -98,6 +98,7 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
         config.target = options.target
     if options.device:
         config.device = options.device
+    config.validate()  # the overrides too, whichever probes run, before any starts
     started = time.monotonic()
     report = new_report("gate", argv)
     report.environment.update(target=config.target, gate_config=source)

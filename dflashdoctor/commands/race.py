@@ -10,6 +10,7 @@ from typing import Any
 from dflashdoctor.autotune import FIXES, KERNELS
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.race import judge
+from dflashdoctor.limits import MAX_TRIALS, count_problem
 from dflashdoctor.report import Report
 from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
 
@@ -44,8 +45,10 @@ def validate(options: RaceOptions) -> None:
         raise BadInput(f"--triton-binaries {options.binaries_dir} is not a directory")
     if options.binaries_dir is not None and options.kernel == "stub":
         raise BadInput("--triton-binaries is for real kernels (--kernel fla, reference or a TARGET)")
-    if options.trials < 0 or options.processes < 0 or options.processes == 1:
-        raise BadInput("--trials must be 0 or more, and --processes 0 (off) or at least 2")
+    if count_problem(options.trials, "--trials", 0, MAX_TRIALS) or options.processes < 0 or options.processes == 1:
+        raise BadInput(f"--trials must be from 0 to {MAX_TRIALS}, and --processes 0 (off) or at least 2")
+    if options.processes > MAX_THREADS:
+        raise BadInput(f"--processes must be at most {MAX_THREADS}")
 
 
 def probe_config(options: RaceOptions) -> dict[str, Any]:

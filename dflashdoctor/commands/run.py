@@ -10,6 +10,7 @@ from pathlib import Path
 from dflashdoctor.agent.config import RunSettings
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.run import RunJudge
+from dflashdoctor.limits import MAX_STEPS, count_problem
 from dflashdoctor.report import Report
 from dflashdoctor.runs import launch
 from dflashdoctor.runs.events import read_logs
@@ -30,8 +31,8 @@ class RunOptions:
 
 def run(options: RunOptions, argv: list[str]) -> Report:
     command = launch.resolve_command(options.command)
-    if options.steps is not None and options.steps < 1:
-        raise BadInput("--steps must be at least 1")
+    if options.steps is not None and count_problem(options.steps, "--steps", 1, MAX_STEPS):
+        raise BadInput(count_problem(options.steps, "--steps", 1, MAX_STEPS))
     events = options.report_dir / "events"
     try:
         events.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.trace_attention import judge
+from dflashdoctor.limits import MAX_STEPS, count_problem
 from dflashdoctor.models import SCALES, config_source
 from dflashdoctor.probe_support import UsageError
 from dflashdoctor.reference import DRAFTER_FAULTS
@@ -42,8 +43,9 @@ def validate(options: TraceAttentionOptions) -> None:
         raise BadInput(f"unknown device {options.device!r}; expected one of {', '.join(DEVICES)}")
     if options.scale not in ("auto", *SCALES):
         raise BadInput(f"unknown scale {options.scale!r}; expected auto, {', '.join(SCALES)}")
-    if options.steps < 1 or options.seq_len < 1:
-        raise BadInput("--steps and --seq-len must be at least 1")
+    problem = count_problem(options.steps, "--steps", 1, MAX_STEPS) or count_problem(options.seq_len, "--seq-len", 1)
+    if problem:
+        raise BadInput(problem)
     if options.drafter_fault is not None and options.drafter_fault not in DRAFTER_FAULTS:
         raise BadInput(f"unknown drafter fault {options.drafter_fault!r}; expected one of {', '.join(DRAFTER_FAULTS)}")
     if options.drafter_fault is not None and not options.drafter:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashdoctor.errors import BadInput
+from dflashdoctor.limits import MAX_VARY, count_problem, seconds_problem
 from dflashdoctor.reference import DEFAULT_TARGET
 from dflashdoctor.shapes import DEVICES, DTYPES, MASKS
 
@@ -48,11 +49,22 @@ class GateConfig:
             raise BadInput(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
         if self.mask not in MASKS:
             raise BadInput(f"unknown mask {self.mask!r}; expected one of {', '.join(MASKS)}")
-        if self.vary < 0:
-            raise BadInput("vary must be at least 0")
+        for spec, name in ((self.target, "target"), (self.expect_wrapper, "expect_wrapper")):
+            if spec is not None and ":" not in spec:
+                raise BadInput(f"{name} {spec!r} is not of the form package.module:attr or path/to/file.py:attr")
         self._validate_shape()
-        if self.timeout <= 0 or self.max_recompiles < 0 or self.max_graph_breaks < 0:
-            raise BadInput("timeout must be above 0, and max_recompiles and max_graph_breaks at least 0")
+        problems = [
+            count_problem(self.vary, "vary", 0, MAX_VARY),
+            count_problem(self.max_recompiles, "max_recompiles", 0),
+            count_problem(self.max_graph_breaks, "max_graph_breaks", 0),
+            seconds_problem(self.timeout, "timeout"),
+            None
+            if self.max_compile_seconds is None
+            else seconds_problem(self.max_compile_seconds, "max_compile_seconds", zero_means="allows no compile time"),
+        ]
+        problem = next((p for p in problems if p), None)
+        if problem:
+            raise BadInput(problem)
 
     def _validate_shape(self) -> None:
         for key, value in self.shape.items():
@@ -61,8 +73,8 @@ class GateConfig:
             if key == "dtype":
                 if value not in DTYPES:
                     raise BadInput(f"shape.dtype {value!r} is not one of {', '.join(DTYPES)}")
-            elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise BadInput(f"shape.{key} must be a whole number above 0, not {value!r}")
+            elif count_problem(value, f"shape.{key}", 1):
+                raise BadInput(count_problem(value, f"shape.{key}", 1))
 
 
 _TYPES = {
@@ -99,7 +111,7 @@ def _read(path: Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8: a stray byte is not TOML
         raise BadInput(f"{path} is not valid TOML: {exc}") from None
 
 
