@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from dflashdoctor.probe_support import UsageError
+from dflashdoctor.probe_support import UsageError, first_line
 
 SCALES = ("tiny", "full")
 
@@ -174,4 +174,7 @@ def build_config(spec: str, scale: str) -> Any:
     try:
         return AutoConfig.for_model(model_type, **kwargs)
     except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"transformers cannot build a {model_type!r} config: {exc}") from exc
+        # transformers lists every model type it knows in this message: keep the line readable
+        reason = first_line(str(exc), type(exc).__name__)
+        reason = reason if len(reason) <= 200 else reason[:200].rsplit(" ", 1)[0] + " ..."
+        raise UsageError(f"transformers cannot build a {model_type!r} config: {reason}") from exc

@@ -34,6 +34,21 @@ class MissingPackage(UsageError):
         self.package = package
 
 
+PROBE_PACKAGES = ("torch", "triton", "transformers", "fla")  # what probes import themselves
+
+
+def missing_package(exc: ModuleNotFoundError, interpreter: str) -> MissingPackage | None:
+    """A probe's own import of a package the interpreter does not have, as bad input naming both."""
+    package = (exc.name or "").split(".")[0]
+    if package not in PROBE_PACKAGES:
+        return None
+    return MissingPackage(
+        package,
+        f"{interpreter} has no {package} (No module named {exc.name!r}): install it there, or give --python "
+        "an interpreter that has it",
+    )
+
+
 def first_line(text: str | None, empty: str = "(no message)") -> str:
     """The first line of an exception's message or a reason, which may be empty (`MemoryError()`,
     a bare `assert`): `empty` then, never an IndexError."""
@@ -70,7 +85,10 @@ def probe_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     with open(args.config, encoding="utf-8") as handle:
         config = json.load(handle)
     try:
-        payload = run(config)
+        try:
+            payload = run(config)
+        except ModuleNotFoundError as exc:
+            raise missing_package(exc, sys.executable) or exc from None
     except UsageError as exc:
         payload = {"usage_error": str(exc)}
         if isinstance(exc, MissingPackage):

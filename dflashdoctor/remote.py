@@ -91,6 +91,9 @@ def remote_script(python: str, probe: str, env: dict[str, str], timeout_s: float
     )
 
 
+_NOT_FOUND = 127  # POSIX shells: the command was not found
+
+
 @dataclass
 class RemoteRun:
     returncode: int | None
@@ -133,4 +136,6 @@ def run_remote(
     except json.JSONDecodeError:
         payload = None
     code = int(code_text) if code_text.strip().lstrip("-").isdigit() else None
+    if code == _NOT_FOUND and payload is None:  # the shell found no such program there
+        raise BadInput(f"--ssh {target.host}: no `{python}` there (exit 127): give --python its path on that machine")
     return RemoteRun(code, round(time.monotonic() - started, 3), False, payload, stderr_tail, argv)

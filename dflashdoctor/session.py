@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 from dflashdoctor import __version__
 from dflashdoctor.codes import finding
 from dflashdoctor.errors import BadInput, MissingPackage
+from dflashdoctor.probe_support import missing_package
 from dflashdoctor.remote import SshTarget
 from dflashdoctor.report import ProbeResult, Report
 from dflashdoctor.runner import ProbeRun, resolve_python, run_probe
@@ -64,9 +66,19 @@ def crash_result(run: ProbeRun) -> ProbeResult:
     )
 
 
-def probe_payload(run: ProbeRun) -> dict[str, Any] | None:
-    """The probe's observations; a usage error found on the probed side becomes BadInput."""
+_NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'$")
+
+
+def probe_payload(run: ProbeRun, python: str) -> dict[str, Any] | None:
+    """The probe's observations; a usage error found on the probed side becomes BadInput. A probe that
+    died importing torch (or another package it needs) before it could say so is bad input too: the
+    interpreter given with --python lacks it."""
     if run.payload is None:
+        lines = (run.stderr_tail or "").strip().splitlines()
+        match = _NO_MODULE.match(lines[-1]) if lines and not run.timed_out else None
+        missing = missing_package(ModuleNotFoundError(name=match[1]), python) if match else None
+        if missing is not None:
+            raise MissingPackage(missing.package, str(missing))
         return None
     if "missing_package" in run.payload:
         raise MissingPackage(run.payload["missing_package"], run.payload["usage_error"])
@@ -117,7 +129,7 @@ def probe_into_report(
     run = run_probe(probe, config, python=python, timeout_s=timeout_s, env=env, ssh=target)
     if target is not None:
         report.environment["probed_host"] = ssh
-    payload = probe_payload(run)
+    payload = probe_payload(run, python)
     if payload is None:
         report.results.append(crash_result(run))
         return None

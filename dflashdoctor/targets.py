@@ -129,6 +129,68 @@ def _last_assignment_line(module: ModuleType, name: str) -> int | None:
     return max(lines) if lines else None
 
 
+def _inner_blocks(node: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists of a block that still runs at module level (not a function's body)."""
+    if isinstance(node, ast.If | ast.For | ast.While):
+        return [node.body, node.orelse]
+    if isinstance(node, ast.With):
+        return [node.body]
+    if isinstance(node, ast.Try | ast.TryStar):
+        return [node.body, node.orelse, node.finalbody, *(handler.body for handler in node.handlers)]
+    return []
+
+
+def _top_level_names(body: list[ast.stmt]) -> set[str] | None:
+    """Names a module binds at its top level (inside if/try/with blocks too); None when it cannot be
+    known without running it (`from x import *`)."""
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            return None
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        for block in _inner_blocks(node):
+            found = _top_level_names(block)
+            if found is None:
+                return None
+            names |= found
+    return names
+
+
+def unbound_problem(spec: str) -> str | None:
+    """Why `spec` names nothing, read without importing or running it (a file given to --script may be
+    the wrapper's module: importing it would run the script), or None when it may well exist."""
+    module_part, attr = split_spec(spec)
+    if module_part.endswith(".py") or os.sep in module_part:
+        path = module_part
+        if not os.path.isfile(path):
+            return f"no such file: {path}"
+    else:
+        try:
+            found = importlib.util.find_spec(module_part)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            return f"no module named {module_part!r}"
+        path = found.origin or ""
+        if not path.endswith(".py"):
+            return None  # a compiled or namespace module: the run will tell
+    try:
+        with open(path, "rb") as handle:
+            names = _top_level_names(ast.parse(handle.read()).body)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    name = attr.split(".")[0]
+    if names is not None and name not in names:
+        return f"{module_part} binds no top-level name {name!r}"
+    return None
+
+
 def compile_backend(wrapper: Any) -> str | None:
     """The backend a torch.compile wrapper compiles with ("inductor", "eager", "aot_eager", ...).
 

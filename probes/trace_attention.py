@@ -33,6 +33,7 @@ from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config, drafter_dimensions
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
 from dflashdoctor.reference.drafter_step import BLOCK_SIZE, make_drafter_step
+from dflashdoctor.targets import unbound_problem
 
 _WANTED = "flex_attention"
 _MIN_DRAFT_BLOCKS = 8  # 128 draft tokens
@@ -251,6 +252,10 @@ def _trace_drafter(
 
 def run(settings: dict[str, Any]) -> dict[str, Any]:
     device = resolve_device(settings["device"])
+    if settings.get("expect_wrapper"):  # a wrapper that names nothing would fail every site, wrongly
+        problem = unbound_problem(settings["expect_wrapper"])
+        if problem:
+            raise UsageError(f"--expect-wrapper {settings['expect_wrapper']}: {problem}")
     dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__), measure_memory=True)
     namer = ModuleNamer()
     observations: dict[str, Any] = {

@@ -111,7 +111,7 @@ def test_pyproject_table_is_read_and_flags_override_it(tmp_path):
         ("max_recompiles = [\n", "{toml} is not valid TOML: "),
         ('mask = "diagonal"\n', "unknown mask 'diagonal'; expected one of dflash, causal, none"),
         ("[shape]\nwidth = 3\n", "unknown key 'width' in shape; known keys: batch, heads, "),
-        ('[shape]\nheads = "many"\n', "shape.heads must be a whole number above 0, not 'many'"),
+        ('[shape]\nheads = "many"\n', "shape.heads must be a whole number from 1 to 2147483647, not 'many'"),
         ('[shape]\ndtype = "int8"\n', "shape.dtype 'int8' is not one of bfloat16, "),
         ('shape = "big"\n', "shape in {toml} must be dict[str, Any], not str"),
     ],

@@ -110,13 +110,23 @@ def test_arguments_cannot_inject_shell_code(tmp_path, sshd):
     witness = tmp_path / "injected"
     hostile_python = f"python3; touch {witness}"
     run = run_cli(tmp_path, "env", "--ssh", destination, "--python", hostile_python, env=_env(options))
-    assert run.code == 3  # no such interpreter there: the probe could not start
+    assert run.code == 2  # no such interpreter there (the whole string is one program name)
     hostile_target = f"x$(touch {witness}):attr"
     run = run_cli(
         tmp_path, "check-compile", hostile_target, "--ssh", destination, "--python", sys.executable, env=_env(options)
     )
     assert run.code == 2
     assert not witness.exists()
+
+
+def test_a_python_missing_there_is_one_line_naming_it(tmp_path, sshd):
+    destination, options = sshd
+    run = run_cli(tmp_path, "env", "--ssh", destination, "--python", "/no/such/python3", env=_env(options))
+    assert run.code == 2
+    host = destination.split("@")[1].split(":")[0]
+    assert run.stderr.strip() == (
+        f"dflashdoctor: --ssh {host}: no `/no/such/python3` there (exit 127): give --python its path on that machine"
+    )
 
 
 def test_gate_over_ssh_skips_what_only_runs_here(tmp_path, sshd):

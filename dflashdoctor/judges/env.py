@@ -52,8 +52,21 @@ _HAZARDS: tuple[tuple[str, str | None, str, str], ...] = (
 )
 
 
+# credentials inside a value: a URL's user:password@, and secret-looking query parameters
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@]+@")
+_QUERY_SECRET = re.compile(r"(?i)([?&;](?:token|access_token|api_?key|key|secret|password|sig|signature)=)[^&;\s]+")
+
+
 def redact(variables: dict[str, str]) -> dict[str, str]:
-    return {k: REDACTED if _SECRET_NAME.search(k) or _SECRET_VALUE.match(v) else v for k, v in variables.items()}
+    """Whole values of secret-looking variables; inside any other value, the credentials of URLs
+    (`HF_ENDPOINT=https://user:pass@host/`) and secret query parameters."""
+    out = {}
+    for name, value in variables.items():
+        if _SECRET_NAME.search(name) or _SECRET_VALUE.match(value):
+            out[name] = REDACTED
+        else:
+            out[name] = _QUERY_SECRET.sub(rf"\1{REDACTED}", _URL_USERINFO.sub(rf"\1{REDACTED}@", value))
+    return out
 
 
 class EnvJudge(Judge):
