@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,13 @@ def _writable_report_dir(value: Path | None) -> Path | None:
     """Every command's --report-dir (or the default reports/) is checked while the options are read,
     before any probe runs."""
     problem = destination_problem(value)
+    if problem:
+        raise typer.BadParameter(problem)
+    return value
+
+
+def _writable_report_file(value: Path | None) -> Path | None:
+    problem = destination_problem(value, folder=False) if value is not None else None
     if problem:
         raise typer.BadParameter(problem)
     return value
@@ -287,8 +295,12 @@ def gate_command(
     ] = None,
     target: Annotated[str | None, typer.Option(help="Override the configured check-compile TARGET.")] = None,
     device: Annotated[str | None, typer.Option(help="Override the configured device: auto, cpu or cuda.")] = None,
-    junit: Annotated[Path | None, typer.Option(help="Also write the JUnit XML here.")] = None,
-    sarif: Annotated[Path | None, typer.Option(help="Also write the SARIF 2.1.0 here.")] = None,
+    junit: Annotated[
+        Path | None, typer.Option(callback=_writable_report_file, help="Also write the JUnit XML here.")
+    ] = None,
+    sarif: Annotated[
+        Path | None, typer.Option(callback=_writable_report_file, help="Also write the SARIF 2.1.0 here.")
+    ] = None,
     python: PythonOpt = None,
     ssh: SshOpt = None,
     json_output: JsonOpt = False,
@@ -400,8 +412,19 @@ def cache_restore(
     _cache(options, json_output, report_dir, verbose)
 
 
+class _Terminated(BaseException):
+    """SIGTERM: a probe's process is stopped with the doctor, and `run` (which handles the signal itself
+    while its command runs) writes its report. Not a KeyboardInterrupt, which click would swallow."""
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    raise _Terminated
+
+
 def main() -> None:
-    """Console entry: bad input is one line and exit 2; an internal error is one line and exit 3."""
+    """Console entry: bad input is one line and exit 2; an internal error is one line and exit 3;
+    interrupted outside a `run` (no report), 130 for Ctrl-C and 143 for SIGTERM."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)
     except BadInput as exc:
@@ -410,9 +433,12 @@ def main() -> None:
     except _CLICK_ERROR as exc:  # unknown option, missing value, bad number, ...
         print(f"dflashdoctor: {exc.format_message()}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+    except _Terminated:
+        print("dflashdoctor: stopped by SIGTERM", file=sys.stderr)
+        sys.exit(128 + signal.SIGTERM)
     except (typer.Abort, KeyboardInterrupt):
         print("dflashdoctor: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(128 + signal.SIGINT)
     except Exception as exc:
         print(f"dflashdoctor: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(EXIT_CRASH)

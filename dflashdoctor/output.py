@@ -22,14 +22,19 @@ from dflashdoctor.report import Report
 DEFAULT_REPORTS = Path("reports")
 
 
-def destination_problem(report_dir: Path | None) -> str | None:
-    """Why the report could not be written there, checked before any probe runs (minutes of probing
-    must not end in a report that cannot be kept): the nearest folder that exists must be a folder
-    this user can write."""
-    path = report_dir if report_dir is not None else DEFAULT_REPORTS
+def destination_problem(path: Path | None, *, folder: bool = True) -> str | None:
+    """Why a report folder (or, with `folder=False`, a report file) could not be written at `path`,
+    checked before any probe runs: minutes of probing must not end in a report that cannot be kept.
+    The nearest part of the path that exists must be a folder this user can write (or, for a file,
+    the file itself, writable)."""
+    path = path if path is not None else DEFAULT_REPORTS
     existing = path
     while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent
+    if existing == path and not folder:
+        if path.is_dir():
+            return f"{path} is a folder"
+        return None if os.access(path, os.W_OK) else f"{path} cannot be written by this user"
     if not existing.is_dir():
         return f"{existing} is not a folder" if existing != path else f"{path} is a file"
     if not os.access(existing, os.W_OK | os.X_OK):

@@ -148,6 +148,10 @@ def run_probe(
             except subprocess.TimeoutExpired:
                 timed_out = True
                 _stop(child)
+            except BaseException:  # the doctor interrupted (Ctrl-C, SIGTERM): its probe goes with it
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                raise
         run = ProbeRun(
             probe=probe,
             duration_s=round(time.monotonic() - started, 3),
