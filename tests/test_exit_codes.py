@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests import cache_tree
+from tests.test_renderers import rendered_markdown
 
 TARGETS = Path(__file__).parent / "targets"
 COMMANDS = ("check-compile", "trace-attention", "race", "run", "gate", "env", "cache")
@@ -50,7 +51,7 @@ def _safe_outputs(done: subprocess.CompletedProcess[str], report: Path) -> None:
     ET.parse(report / "junit.xml")
     json.loads((report / "report.sarif").read_text(encoding="utf-8"))
     html = (report / "report.html").read_text(encoding="utf-8")
-    markdown = (report / "report.md").read_text(encoding="utf-8")
+    markdown = rendered_markdown((report / "report.md").read_text(encoding="utf-8"))
     assert "<script>" not in html and "<script>" not in markdown
     assert "\x1b" not in done.stderr + html + markdown and "\x00" not in html + markdown
 
@@ -321,3 +322,85 @@ def test_exit_code_contract(case: Case, workspace: Path, tmp_path: Path) -> None
 def test_the_table_is_large_enough():
     assert len(CASES) >= 80
     assert {c.argv[0] for c in CASES} >= set(COMMANDS)
+
+
+def _started(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dflashdoctor", *argv],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_a_run_stopped_by_sigterm_exits_3_with_its_report(tmp_path):
+    """A CI runner cancelling the job: the run did not end on its own, so no verdict (exit 3), and the
+    report of what was seen is written."""
+    import signal
+
+    report = tmp_path / "report"
+    child = _started(
+        ["run", "--report-dir", str(report), "--", sys.executable, "-c", "import time; time.sleep(300)"], tmp_path
+    )
+    _wait_for(lambda: any((report / "events").glob("*")))
+    child.send_signal(signal.SIGTERM)
+    _out, err = child.communicate(timeout=120)
+    assert child.returncode == 3, err[-2000:]
+    document = json.loads((report / "report.json").read_text())
+    assert document["verdict"] == "error"
+    assert "run-interrupted" in {f["code"] for r in document["results"] for f in r["findings"]}
+
+
+def test_a_probe_stopped_by_sigterm_goes_with_the_doctor(tmp_path):
+    """SIGTERM while check-compile's probe runs: one line, exit 143, and the probe's process is gone."""
+    import signal
+
+    child = _started(["check-compile", "--report-dir", str(tmp_path / "report")], tmp_path)
+    probe = tmp_path / "probe-pid"
+    _wait_for(lambda: _probe_pids() != [])
+    probe.write_text(" ".join(map(str, _probe_pids())))
+    child.send_signal(signal.SIGTERM)
+    _out, err = child.communicate(timeout=120)
+    assert child.returncode == 143 and err.strip() == "dflashdoctor: stopped by SIGTERM"
+    for pid in map(int, probe.read_text().split()):
+        _wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout_s=30)
+
+
+def _probe_pids() -> list[int]:
+    """check-compile probe processes of this test (their argv names the probe script)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(part.endswith(b"probes/check_compile.py") for part in argv):
+                pids.append(int(entry.name))
+    return pids
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def test_two_runs_in_the_same_second_keep_two_reports(tmp_path):
+    cache_tree.healthy_tree(tmp_path / "triton", 2)
+    argv = ["cache", "check", "--triton-dir", str(tmp_path / "triton")]
+    children = [_started(argv, tmp_path) for _ in range(3)]
+    assert [child.wait(timeout=120) for child in children] == [0, 0, 0]
+    folders = sorted((tmp_path / "reports").iterdir())
+    assert len(folders) == 3 and all((folder / "report.json").is_file() for folder in folders), folders

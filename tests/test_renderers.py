@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from dflashdoctor.codes import finding
@@ -15,6 +16,13 @@ from dflashdoctor.report import Bar, Check, Comparison, ProbeResult, Report, Whe
 from tests import schemas
 
 HOSTILE = "<script>alert('x')</script>"
+
+
+def rendered_markdown(text: str) -> str:
+    """Markdown as a viewer shows it (CommonMark, raw HTML allowed, as GitHub passes much of it)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").render(text)
 
 
 def hostile_report() -> Report:
@@ -107,3 +115,41 @@ def test_verdicts_and_exit_codes():
     report.results[0].findings = []
     report.settle_verdict()
     assert (report.verdict, report.exit_code()) == ("pass", 0)
+
+
+def test_strings_are_made_safe_for_each_output():
+    from dflashdoctor.render import text
+
+    assert text.encodable("lat\udce9n") == "lat\\xe9n"  # a file name's undecodable byte, as ls -b shows it
+    assert text.encodable("a\ud800b") == "a\\ud800b"  # a surrogate that is no escaped byte
+    assert text.encodable("plain é") == "plain é"
+    assert text.without_controls("a\x1b[31mb\x07\x9b\n\t") == "a\\x1b[31mb\\x07\\x9b\n\t"
+    assert text.xml_legal("a\x00b\ufffe\n\r\t") == "a\\x00b\\ufffe\n\r\t"
+    assert text.markdown_text("<img onerror=x>&") == "&lt;img onerror=x&gt;&amp;"
+    assert text.markdown_code("a ``b`` c") == "```a ``b`` c```"
+    assert text.markdown_code("`x`") == "`` `x` ``"
+
+
+def test_every_file_of_a_report_dir_takes_hostile_strings(tmp_path):
+    """Surrogates, control characters and markup anywhere in a report: every format is written and
+    valid, and the JSON reads back."""
+    from dflashdoctor.render.text import encodable_report
+
+    hostile = "lat\udce9n \ud800 \x1b[2J\x00\x07 <img src=x onerror=alert(1)> ```"
+    report = hostile_report()
+    report.results[0].findings[0].title += hostile
+    report.results[0].checks[0].summary += hostile
+    report.environment["target"] = hostile
+    report.results[0].findings[0].evidence["path"] = Path(hostile)
+    written = write_report_dir(encodable_report(report), tmp_path / "out")
+    ET.parse(written / "junit.xml")
+    json.loads((written / "report.sarif").read_text(encoding="utf-8"))
+    assert (
+        Report.from_json((written / "report.json").read_text(encoding="utf-8"))
+        .environment["target"]
+        .startswith("lat\\xe9n \\ud800")
+    )
+    html = (written / "report.html").read_text(encoding="utf-8")
+    shown = rendered_markdown((written / "report.md").read_text(encoding="utf-8"))
+    for page in (html, shown):
+        assert "<img" not in page and "\x1b" not in page and "\x00" not in page

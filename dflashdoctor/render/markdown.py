@@ -52,8 +52,7 @@ def render_markdown(report: Report) -> str:
             if f.fix:
                 lines += [f"**Fix:** {markdown_text(f.fix)}", ""]
             if f.evidence:
-                # `<` as its JSON escape: still the same JSON, and no tag for any Markdown viewer to render
-                evidence = json.dumps(f.evidence, indent=2, default=str).replace("<", "\\u003c")
+                evidence = json.dumps(f.evidence, indent=2, default=str)
                 fence = markdown_block_fence(evidence)
                 lines += ["<details><summary>evidence</summary>", "", f"{fence}json", evidence, fence, "</details>", ""]
         scalars = scalar_measurements(result.measurements)

@@ -23,6 +23,7 @@ _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # what XML 1.0 forbids: C0 controls but tab, newline and carriage return; U+FFFE, U+FFFF
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _BACKTICKS = re.compile("`+")
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -30,18 +31,17 @@ def _escaped(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def _surrogate(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # a byte Python could not decode, kept by surrogateescape
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}"
+
+
 def encodable(text: str) -> str:
     """`text` as valid UTF-8 can carry it: undecodable file-name bytes as `\\xNN`, other lone
     surrogates as `\\udNNN`."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        pass
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:  # a surrogate that is no escaped byte
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _SURROGATES.sub(_surrogate, text)
 
 
 def without_controls(text: str) -> str:
