@@ -37,26 +37,23 @@ app = typer.Typer(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout, nothing else.")]
 
 
-def _writable_report_dir(value: Path | None) -> Path | None:
-    """Every command's --report-dir (or the default reports/) is checked while the options are read,
-    before any probe runs."""
-    problem = destination_problem(value)
-    if problem:
-        raise typer.BadParameter(problem)
-    return value
+def _writable(*, folder: bool) -> Callable[[Path | None], Path | None]:
+    """A typer callback: where a report goes (every command's --report-dir, or the default reports/;
+    the gate's --junit and --sarif) is checked while the options are read, before any probe runs."""
 
+    def check(value: Path | None) -> Path | None:
+        problem = destination_problem(value, folder=folder) if value is not None or folder else None
+        if problem:
+            raise typer.BadParameter(problem)
+        return value
 
-def _writable_report_file(value: Path | None) -> Path | None:
-    problem = destination_problem(value, folder=False) if value is not None else None
-    if problem:
-        raise typer.BadParameter(problem)
-    return value
+    return check
 
 
 ReportDirOpt = Annotated[
     Path | None,
     typer.Option(
-        "--report-dir", callback=_writable_report_dir, help="Write report.json/html/md, junit.xml and .sarif here."
+        "--report-dir", callback=_writable(folder=True), help="Write report.json/html/md, junit.xml and .sarif here."
     ),
 ]
 PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter to probe with (default: this one).")]
@@ -296,10 +293,10 @@ def gate_command(
     target: Annotated[str | None, typer.Option(help="Override the configured check-compile TARGET.")] = None,
     device: Annotated[str | None, typer.Option(help="Override the configured device: auto, cpu or cuda.")] = None,
     junit: Annotated[
-        Path | None, typer.Option(callback=_writable_report_file, help="Also write the JUnit XML here.")
+        Path | None, typer.Option(callback=_writable(folder=False), help="Also write the JUnit XML here.")
     ] = None,
     sarif: Annotated[
-        Path | None, typer.Option(callback=_writable_report_file, help="Also write the SARIF 2.1.0 here.")
+        Path | None, typer.Option(callback=_writable(folder=False), help="Also write the SARIF 2.1.0 here.")
     ] = None,
     python: PythonOpt = None,
     ssh: SshOpt = None,
