@@ -73,7 +73,8 @@ def test_one_process_per_worker_shares_no_autotuner(cli):
             "unknown kernel 'flash'; expected stub, fla, reference, or a TARGET module:attr / file.py:attr",
         ),
         (["--kernel", "no_such_module:fn"], "no module named 'no_such_module'"),
-        (["--processes", "1"], "--trials must be 0 or more, and --processes 0 (off) or at least 2"),
+        (["--processes", "1"], "--processes must be 0 (off) or a whole number from 2 to 64"),
+        (["--trials", "-1"], "--trials must be a whole number from 0 to 10000, not -1"),
         (["--triton-binaries", "."], "--triton-binaries is for real kernels (--kernel fla, reference or a TARGET)"),
     ],
 )

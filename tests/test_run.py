@@ -132,7 +132,10 @@ def test_strict_makes_a_dense_flex_kernel_raise(tmp_path):
         (("python", "-c", "pass"), "dflashdoctor: put the command after --, e.g. dflashdoctor run -- python train.py"),
         (("--",), "dflashdoctor: nothing to run: put the command after --, e.g. dflashdoctor run -- python train.py"),
         (("--", "no-such-program-here"), "dflashdoctor: command not found: no-such-program-here"),
-        (("--steps", "0", "--", "python", "-c", "pass"), "dflashdoctor: --steps must be at least 1"),
+        (
+            ("--steps", "0", "--", "python", "-c", "pass"),
+            "dflashdoctor: --steps must be a whole number from 1 to 1000000, not 0",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):

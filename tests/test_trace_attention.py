@@ -252,7 +252,8 @@ def test_calls_inside_compiled_models_keep_their_module_names(cli):
     [
         (["--scale", "huge"], "unknown scale 'huge'; expected auto, tiny, full"),
         (["--device", "tpu"], "unknown device 'tpu'; expected one of auto, cpu, cuda"),
-        (["--steps", "0"], "--steps and --seq-len must be at least 1"),
+        (["--steps", "0"], "--steps must be a whole number from 1 to 1000000, not 0"),
+        (["--seq-len", "0"], "--seq-len must be a whole number from 1 to 2147483647, not 0"),
         (["--expect-wrapper", "nocolon"], "--expect-wrapper 'nocolon' is not of the form module:attr or file.py:attr"),
     ],
 )

@@ -45,10 +45,11 @@ def validate(options: RaceOptions) -> None:
         raise BadInput(f"--triton-binaries {options.binaries_dir} is not a directory")
     if options.binaries_dir is not None and options.kernel == "stub":
         raise BadInput("--triton-binaries is for real kernels (--kernel fla, reference or a TARGET)")
-    if count_problem(options.trials, "--trials", 0, MAX_TRIALS) or options.processes < 0 or options.processes == 1:
-        raise BadInput(f"--trials must be from 0 to {MAX_TRIALS}, and --processes 0 (off) or at least 2")
-    if options.processes > MAX_THREADS:
-        raise BadInput(f"--processes must be at most {MAX_THREADS}")
+    problem = count_problem(options.trials, "--trials", 0, MAX_TRIALS)
+    if problem:
+        raise BadInput(problem)
+    if options.processes != 0 and count_problem(options.processes, "--processes", 2, MAX_THREADS):
+        raise BadInput(f"--processes must be 0 (off) or a whole number from 2 to {MAX_THREADS}")
 
 
 def probe_config(options: RaceOptions) -> dict[str, Any]:
