@@ -163,7 +163,13 @@ def trace_attention_command(
     ] = None,
     scale: Annotated[str, typer.Option(help="tiny, full, or auto (tiny on CPU, full on CUDA)")] = "auto",
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
-    backward: Annotated[bool, typer.Option("--backward/--no-backward", help="Also run backward.")] = True,
+    backward: Annotated[
+        bool | None,
+        typer.Option(
+            "--backward/--no-backward",
+            help="Also run backward [the drafter and most models: yes; a frozen target such as qwen27b: no].",
+        ),
+    ] = None,
     steps: Annotated[int, typer.Option(help="Training steps to trace.")] = 1,
     seq_len: Annotated[
         int, typer.Option(help="Tokens per step; the drafter drafts a quarter as many (128 or more) over them.")

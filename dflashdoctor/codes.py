@@ -37,6 +37,10 @@ CODES: dict[str, tuple[Severity, str]] = {
     "bypasses-wrapper": ("error", "a flex_attention call does not go through the expected wrapper"),
     "hf-internal-flex-path": ("info", "calls go through transformers' own flex_attention integration"),
     "flex-unsupported-model": ("info", "the model class cannot use flex_attention; says what it uses instead"),
+    "kernel-unavailable": (
+        "warning",
+        "this machine cannot run a kernel the model uses (FLA without a GPU, or a combination FLA refuses)",
+    ),
     "repeat-kv-expansion": ("warning", "K/V are repeated to match query heads (memory multiplied)"),
     "autotuner-race": ("error", "concurrent use of a shared autotuner failed or corrupted state"),
     "autotuner-shared-state": ("warning", "the installed autotuner keeps per-call state on a shared instance"),

@@ -26,6 +26,14 @@ class Preset:
     model_type: str
     full: dict[str, Any]
     tiny: dict[str, Any] = field(default_factory=dict)  # overrides of `full`
+    # a speculative-decoding target: frozen in drafter training, so traced forward only, under no_grad,
+    # unless --backward asks for more
+    frozen_target: bool = False
+
+
+def is_frozen_target(spec: str | None) -> bool:
+    preset = PRESETS.get(spec or "")
+    return preset is not None and preset.frozen_target
 
 
 _QWEN27B_FULL = {
@@ -66,6 +74,7 @@ PRESETS: dict[str, Preset] = {
                 "linear_value_head_dim": 32,
                 "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(8)],
             },
+            frozen_target=True,
         ),
         Preset(
             "qwen27b-dflash",

@@ -25,12 +25,13 @@ from typing import Any
 import torch
 
 from dflashdoctor import probe_support
+from dflashdoctor.fla_guards import GPU_PLATFORMS, FlaGuard, fla_flags, fla_folder, fla_guards, refusing_guard
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch
 from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
-from dflashdoctor.hooks.hf_attention import HFAttentionRecorder, kernel_impl
+from dflashdoctor.hooks.hf_attention import HFAttentionRecorder, is_attention_module, kernel_impl
 from dflashdoctor.hooks.module_names import ModuleNamer
-from dflashdoctor.models import build_config, drafter_dimensions
+from dflashdoctor.models import build_config, drafter_dimensions, is_frozen_target
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
 from dflashdoctor.reference.drafter_step import BLOCK_SIZE, make_drafter_step
 from dflashdoctor.targets import unbound_problem
@@ -68,21 +69,68 @@ def _build(make_config: Callable[[], Any], device: str, dtype: torch.dtype) -> t
     return model, refusal
 
 
-def _layers(model: torch.nn.Module, config: Any, recorder: HFAttentionRecorder) -> list[dict[str, Any]]:
-    """One row per attention layer: kind from the config's layer types, impl from what ran."""
+def _planned_layers(model: torch.nn.Module, config: Any) -> list[dict[str, Any]]:
+    """One row per attention layer, from the module tree before anything runs: its kind (the config's
+    layer types, else the class) and the implementation it is set up to use (a linear-attention
+    layer's bound kernel, else the configured attention implementation). A step that raises later
+    leaves every row in place; `_confirm` records what really ran."""
     layer_types = getattr(config, "layer_types", None) or []
-    seen = {site.module: site.impl for site in recorder.sites.values()}
-    rows = []
+    rows: list[dict[str, Any]] = []
+    outer: list[str] = []
     for name, module in model.named_modules():
-        if name not in seen:
+        if not is_attention_module(module) or any(name.startswith(f"{o}.") for o in outer):
             continue
+        outer.append(name)
         index = getattr(module, "layer_idx", None)
-        kind = layer_types[index] if isinstance(index, int) and index < len(layer_types) else "full_attention"
-        impl = seen[name]
-        if impl == "module-forward":
-            impl = kernel_impl(module) or type(module).__name__
-        rows.append({"module": name, "class": type(module).__name__, "kind": kind, "impl": impl})
+        linear = "DeltaNet" in type(module).__name__ or "Linear" in type(module).__name__
+        kind = layer_types[index] if isinstance(index, int) and index < len(layer_types) else None
+        kind = kind or ("linear_attention" if linear else "full_attention")
+        configured = kernel_impl(module) if linear else None
+        configured = configured or config._attn_implementation
+        rows.append(
+            {"module": name, "class": type(module).__name__, "kind": kind, "configured": configured, "impl": configured}
+            | {"ran": False, "calls": 0}
+        )
     return rows
+
+
+def _confirm(rows: list[dict[str, Any]], model: torch.nn.Module, recorder: HFAttentionRecorder) -> None:
+    """Each row as it ran: the implementation that took its calls (a layer hook records a linear-
+    attention layer's bound kernel), and how many calls."""
+    modules = dict(model.named_modules())
+    by_name = {row["module"]: row for row in rows}
+    for site in recorder.sites.values():
+        row = by_name.get(site.module)
+        if row is None:
+            continue
+        impl = site.impl
+        if impl == "module-forward" and site.module in modules:
+            impl = kernel_impl(modules[site.module]) or site.module_class
+        row.update(ran=True, impl=impl, calls=row["calls"] + site.calls)
+
+
+def _fla_for(device: str) -> dict[str, Any] | None:
+    """FLA as this trace can use it (None where it is not installed). Where its kernels cannot run
+    (no GPU backend for triton, or the model on the CPU) the trace goes on without it: `fla` is kept
+    from importing in this probe, so transformers binds its own torch fallback, and the report says
+    so. Its platform guards are read for the refusals a step may meet."""
+    if fla_folder() is None:
+        return None
+    platform, flags = fla_flags()
+    usable = platform in GPU_PLATFORMS and device != "cpu"
+    if not usable:
+        sys.modules["fla"] = None  # type: ignore[assignment]  # transformers' decorators then fall back
+    try:
+        version: str | None = metadata.version("fla-core")
+    except metadata.PackageNotFoundError:
+        version = None
+    return {
+        "version": version,
+        "platform": platform,
+        "device": device,
+        "usable": usable,
+        "guards": [guard.to_dict() for guard in fla_guards(flags)],
+    }
 
 
 def _why_no_backward(model: torch.nn.Module, device: str, impl: str) -> str | None:
@@ -108,21 +156,24 @@ def _why_no_backward(model: torch.nn.Module, device: str, impl: str) -> str | No
 def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
     scale = _scale(settings, device)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    fla = _fla_for(device)
     model, refusal = _build(lambda: build_config(settings["model"], scale), device, dtype)
     config = model.config
     impl = config._attn_implementation
-    if not settings["backward"]:
-        no_backward: str | None = "not asked for"
+    asked = settings["backward"]
+    if asked is False or (asked is None and is_frozen_target(settings["model"])):
+        no_backward: str | None = "not asked for" if asked is False else "a frozen target: as in DFlash training"
     elif settings.get("drafter"):
         no_backward = "the target of a drafter is frozen: forward under no_grad, as in DFlash training"
     else:
         no_backward = _why_no_backward(model, device, impl)
     backward = no_backward is None
-    model.train()
+    model.train(backward)
     namer.add_root(model)
+    layers = _planned_layers(model, config)
     seq_len = settings["seq_len"]
     generator = torch.Generator().manual_seed(0)
-    error = None
+    error = refused = None
     with HFAttentionRecorder(model, dense, namer) as recorder:
         try:
             for step in range(settings["steps"]):
@@ -132,10 +183,17 @@ def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder
                     out = model(input_ids=ids, labels=ids)
                     if backward:
                         out.loss.backward()
-        except Exception as exc:  # kept as a finding with the layers and sites seen so far
-            error = _error_record(exc)
+        except Exception as exc:  # kept with the layers and sites seen so far
+            guard = refusing_guard(exc, [FlaGuard(**g) for g in fla["guards"]]) if fla else None
+            if guard is not None:  # FLA's own refusal of this machine: the environment, not the model
+                refused = {"guard": guard.to_dict(), "phase": dense.phase, "error": _error_record(exc)}
+            else:
+                error = _error_record(exc)
+    _confirm(layers, model, recorder)
     return {
         "error": error,
+        "fla_refused": refused,
+        "fla": fla,
         "no_backward": no_backward,
         "model": settings["model"],
         "scale": scale,
@@ -146,7 +204,7 @@ def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder
         "backward": backward,
         "seq_len": seq_len,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "layers": _layers(model, config, recorder),
+        "layers": layers,
         "sites": [site.to_dict() for site in recorder.sites.values()],
         "hook_unavailable": recorder.unavailable,
     }
@@ -213,7 +271,7 @@ def _trace_drafter(
     scale = _scale(settings, device)
     config = drafter_dimensions("qwen27b-dflash", scale)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    backward = settings["backward"] and device != "cpu"  # flex_attention has no CPU backward
+    backward = settings["backward"] is not False and device != "cpu"  # flex_attention has no CPU backward
     # The drafter reads the target's hidden states as context and drafts a quarter as many tokens, at
     # least 128: fewer queries take Inductor's flex-decoding kernel, which on torch 2.11 and an H200
     # has no valid config for a training call (NoValidChoicesError measured at 64 queries).

@@ -37,6 +37,79 @@ def test_qwen27b_lists_every_layer_and_says_it_cannot_use_flex(cli):
     assert all(set(site) >= SITE_FIELDS for site in measurements["call_sites"])
 
 
+def _fla_installed() -> bool:
+    from dflashdoctor.fla_guards import fla_folder
+
+    return fla_folder() is not None
+
+
+def _layers_by_kind(layers: list[dict]) -> list[str]:
+    return [layer["kind"] for layer in layers]
+
+
+@pytest.mark.skipif(not _fla_installed(), reason="needs fla-core (the fla extra)")
+def test_qwen27b_on_a_cpu_with_fla_installed(cli):
+    """transformers binds FLA's kernels whenever FLA imports; on a CPU they cannot run. The trace runs
+    those layers on transformers' torch fallback, says so, and lists every layer with what it ran."""
+    run = cli("trace-attention", "--model", "qwen27b")
+    assert run.code == 0, run.stdout + run.stderr
+    layers = run.report["results"][0]["measurements"]["layers"]
+    assert _layers_by_kind(layers) == ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + [
+        "full_attention"
+    ]
+    assert all(layer["ran"] and layer["calls"] == 1 for layer in layers)
+    assert {layer["impl"] for layer in layers if layer["kind"] == "linear_attention"} == {"torch fallback"}
+    assert {layer["impl"] for layer in layers if layer["kind"] == "full_attention"} == {"sdpa"}
+    (unavailable,) = run.findings("kernel-unavailable")
+    assert unavailable["severity"] == "warning" and "cannot run on the CPU" in unavailable["title"]
+    assert run.findings("flex-unsupported-model") and not run.findings("target-raised")
+
+
+def test_a_frozen_target_is_traced_forward_only_unless_backward_is_asked(cli):
+    run = cli("trace-attention", "--model", "qwen27b")
+    assert run.code == 0, run.stdout + run.stderr
+    assert run.report["results"][0]["measurements"]["backward"] is False
+    assert "forward only (a frozen target: as in DFlash training)" in run.check("model")["summary"]
+    asked = cli("trace-attention", "--model", "qwen27b", "--backward")
+    assert asked.code == 0, asked.stdout + asked.stderr
+    assert asked.report["results"][0]["measurements"]["backward"] is True
+
+
+_TAIL = ("linear_attention", "full_attention")
+
+
+def test_a_model_step_that_raises_mid_way_still_lists_every_layer(cli, tmp_path):
+    """A real model whose third layer fails (a linear-attention layer with a convolution of width 0):
+    the two layers before it ran, and every layer is still in the table, as configured."""
+    config = {
+        "model_type": "qwen3_5_text",
+        "hidden_size": 192,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 6,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "intermediate_size": 384,
+        "vocab_size": 1024,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 6,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 32,
+        "linear_conv_kernel_dim": 0,
+        "layer_types": ["full_attention", "full_attention", "linear_attention", "full_attention", *_TAIL],
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    run = cli("trace-attention", "--model", str(path))
+    assert run.code == 1 and run.findings("target-raised")
+    layers = run.report["results"][0]["measurements"]["layers"]
+    assert [layer["module"] for layer in layers] == [
+        f"model.layers.{i}.{'linear_attn' if kind == 'linear_attention' else 'self_attn'}"
+        for i, kind in enumerate(config["layer_types"])
+    ]
+    assert [layer["ran"] for layer in layers] == [True, True, False, False, False, False]
+    assert "2 ran before the step stopped" in run.check("layers")["summary"]
+
+
 def test_flex_capable_model_shows_hf_flex_sites_fused(cli):
     run = cli("trace-attention", "--model", "qwen3", "--device", "cpu")
     assert run.code == 0, run.stdout + run.stderr

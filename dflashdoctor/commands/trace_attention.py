@@ -30,7 +30,7 @@ class TraceAttentionOptions:
     drafter_fault: str | None = None
     scale: str = "auto"  # tiny on CPU, full on CUDA
     device: str = "auto"
-    backward: bool = True
+    backward: bool | None = None  # None: per part (a frozen target preset forward only, the rest both)
     steps: int = 1
     seq_len: int = 256
     python: str | None = None

@@ -46,7 +46,7 @@ class SiteRecord(CallStats):
         return asdict(self)
 
 
-def _is_attention_module(module: torch.nn.Module) -> bool:
+def is_attention_module(module: torch.nn.Module) -> bool:
     return bool(_ATTENTION_MODULE.search(type(module).__name__))
 
 
@@ -101,7 +101,7 @@ class HFAttentionRecorder:
             else:
                 self.unavailable = "AttentionInterface has no _global_mapping on this transformers"
         for module in self.model.modules() if self.model is not None else ():
-            if _is_attention_module(module):
+            if is_attention_module(module):
                 self._hooks.append(module.register_forward_hook(self._module_called))
         return self
 

@@ -13,6 +13,7 @@ from typing import Any
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.cache import shared_filesystem_finding
+from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding
 from dflashdoctor.report import Finding, ProbeResult
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|AUTH", re.IGNORECASE)
@@ -95,6 +96,7 @@ class EnvJudge(Judge):
         self._hazards(variables)
         self._shared_roots()
         self._bytecode()
+        self._fla(obs.get("fla"))
         self._recompile_limit()
         self.measurements.update({k: v for k, v in obs.items() if k not in ("variables", "cache_roots")})
         self.measurements.update(variables=variables, cache_roots=self.cache_roots)
@@ -118,6 +120,20 @@ class EnvJudge(Judge):
         self._check("hazards", "warn" if hazards else "pass", f"{hazards} known hazards set", "env-hazard")
         if "TORCH_LOGS" in variables:  # not harmful, but it silences in-process logging setup
             self._check("TORCH_LOGS", "info", "set: torch._logging.set_logs() is ignored while it is")
+
+    def _fla(self, fla: dict[str, Any] | None) -> None:
+        """FLA's kernels on this machine, judged from its platform and its own guards, without running a
+        model: the same findings a model trace meets."""
+        if fla is None:
+            return
+        found = [] if fla["usable"] else [fla_not_usable_finding(fla, traced=False)]
+        found += [fla_guard_finding(guard, fla, during=None) for guard in fla["guards"]]
+        self.findings += found
+        parts = [] if fla["usable"] else [f"installed, but triton has no GPU backend here ({fla['platform']})"]
+        if fla["guards"]:
+            parts.append("refuses " + ", ".join(f"`{g['function']}`" for g in fla["guards"]) + " on this machine")
+        summary = f"FLA {fla['version']} " + ("; ".join(parts) if parts else f"runs here (platform {fla['platform']})")
+        self._check("fla kernels", "warn" if found else "pass", summary, "kernel-unavailable")
 
     def _shared_roots(self) -> None:
         shared = [root for root in self.cache_roots if root.get("network_filesystem")]

@@ -14,6 +14,7 @@ from typing import Any
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, recompile_limit_record, skipped_frame_record
+from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding
 from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import ProbeResult, Where
 
@@ -76,6 +77,8 @@ def call_site(site: dict[str, Any]) -> dict[str, Any]:
     shown = site["module_class"] if site["impl"] == "module-forward" else site["impl"]
     verdict = ("dense despite compile" if _ran_dense(site) else "fused") if flex else f"not flex ({shown})"
     origin = _origin(site.get("file")) if site.get("file") else "transformers"
+    if site["impl"] != "module-forward" and origin != "transformers":  # the caller's code, through transformers
+        origin = f"{origin} via transformers"
     return _row(site, origin=origin, via=via, impl=site["impl"], verdict=verdict)
 
 
@@ -205,15 +208,33 @@ class TraceAttentionJudge(Judge):
             f"{model['model_class']} ({model['model_type']}, {model['parameters'] / 1e6:.3g}M parameters, "
             f"{model['scale']} scale, attention {model['attn_implementation']}), {steps}",
         )
+        fla = model.get("fla")
+        if fla and not fla["usable"]:
+            self.findings.append(fla_not_usable_finding(fla, traced=True))
+        if model.get("fla_refused"):
+            self._fla_refused(model["fla_refused"], fla or {})
         if model.get("error"):
-            self._raised("model step", f"the {model['model']} training step", model["error"], None)
+            self._raised("model step", f"the {model['model']} model step", model["error"], None)
+
+    def _fla_refused(self, refused: dict[str, Any], fla: dict[str, Any]) -> None:
+        """FLA's own guard stopped the step: this machine's versions, not the model."""
+        guard = refused["guard"]
+        self.findings.append(fla_guard_finding(guard, fla, during=refused["phase"]))
+        self._check(
+            "model step",
+            "warn",
+            f"FLA refuses `{guard['function']}` on this machine; the step stopped there",
+            "kernel-unavailable",
+        )
 
     def _layers(self) -> None:
         layers = self.model["layers"]
         self.measurements["layers"] = layers
         tally = Counter((layer["kind"], layer["impl"]) for layer in layers)
         summary = ", ".join(f"{n} {kind} via {impl}" for (kind, impl), n in tally.items())
-        self._check("layers", "info", f"{len(layers)} attention layers: {summary}")
+        ran = sum(1 for layer in layers if layer.get("ran"))
+        ran_text = "all ran" if ran == len(layers) else f"{ran} ran before the step stopped; the rest as configured"
+        self._check("layers", "info", f"{len(layers)} attention layers ({ran_text}): {summary}")
         refused = self.model.get("flex_refused")
         if not refused:
             return
@@ -352,7 +373,7 @@ class TraceAttentionJudge(Judge):
         self._check(
             "flex calls",
             "fail" if dense else "pass",
-            f"{len(flex)} sites{f' ({in_graphs} inside compiled graphs)' if in_graphs else ''}, {calls} eager calls: "
+            f"{len(flex)} sites{f' ({in_graphs} inside compiled graphs)' if in_graphs else ''}, {calls} calls seen: "
             f"{len(dense)} sites dense, {len(flex) - len(dense)} fused",
             "dense-forward",
             "dense-backward",

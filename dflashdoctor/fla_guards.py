@@ -1,0 +1,146 @@
+"""What the installed flash-linear-attention (FLA) cannot run here, in FLA's own words.
+
+Two ways a machine cannot run FLA's kernels, neither of them the model's fault:
+- FLA is installed but triton has no GPU backend here (FLA itself says so: its `device_platform`
+  is "cpu"), or the model runs on the CPU: transformers still binds FLA's kernels at import, and the
+  first call fails ("0 active drivers");
+- FLA refuses a kernel on this combination of triton and GPU architecture with a guard of its own,
+  `if <flags>: raise RuntimeError(...)` (fla-core 0.6.0 refuses the gated delta rule's backward on
+  Hopper with triton >= 3.4.0 and < 3.7.1). The guards are read from the installed FLA's source and
+  their flags evaluated with FLA's own values (`fla.utils`), so no version pair is written here.
+
+Probed side: standard library; `fla.utils` (torch, triton) only where FLA is installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GPU_PLATFORMS = ("cuda", "hip", "xpu")  # triton backends FLA runs its kernels on
+_FLAG_PREFIXES = ("IS_", "TRITON_ABOVE_", "TRITON_BELOW_")  # FLA's platform and version flags
+
+
+@dataclass
+class FlaGuard:
+    """One `if ...: raise RuntimeError(...)` in FLA whose condition reads FLA's platform flags."""
+
+    file: str
+    line: int  # of the raise
+    function: str
+    message: str
+    flags: dict[str, bool] = field(default_factory=dict)  # each flag of the condition, its value here
+    other_terms: list[str] = field(default_factory=list)  # terms that depend on the call (`g is not None`)
+    applies: bool = False  # every flag term holds here: the guard refuses whenever the other terms do
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fla_folder() -> str | None:
+    """The installed FLA's package folder, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("fla")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return next(iter(spec.submodule_search_locations))
+
+
+def fla_flags() -> tuple[str, dict[str, Any]]:
+    """FLA's platform (its triton backend: cuda, hip, xpu, or cpu when triton has no GPU here) and
+    its flags, from `fla.utils`; ("unavailable: ...", {}) when that does not import."""
+    try:
+        import fla.utils as utils
+    except Exception as exc:  # a broken FLA, a triton that does not load: not ours to fix here
+        return f"unavailable: {type(exc).__name__}: {exc}"[:300], {}
+    flags = {k: v for k, v in vars(utils).items() if k.isupper() and isinstance(v, bool)}
+    return str(getattr(utils, "device_platform", "unknown")), flags
+
+
+def _terms(test: ast.expr) -> list[ast.expr]:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [t for value in test.values for t in _terms(value)]
+    return [test]
+
+
+def _flag(term: ast.expr) -> tuple[str, bool] | None:
+    """A term that is a flag (`IS_NVIDIA_HOPPER`) or its negation: the name, and whether it is negated."""
+    negated = isinstance(term, ast.UnaryOp) and isinstance(term.op, ast.Not)
+    inner = term.operand if isinstance(term, ast.UnaryOp) and negated else term
+    if isinstance(inner, ast.Name) and inner.id.isupper() and inner.id.startswith(_FLAG_PREFIXES):
+        return inner.id, negated
+    return None
+
+
+def _message(raised: ast.expr | None) -> str | None:
+    if not (isinstance(raised, ast.Call) and isinstance(raised.func, ast.Name) and raised.func.id == "RuntimeError"):
+        return None
+    parts = [a.value for a in raised.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return "".join(parts) or None
+
+
+def _guards_in(path: str, flags: dict[str, Any]) -> list[FlaGuard]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+    except (OSError, UnicodeDecodeError):
+        return []
+    if "raise RuntimeError" not in source:
+        return []
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+        for node in ast.walk(function):
+            if not isinstance(node, ast.If):
+                continue
+            raises = [s for s in node.body if isinstance(s, ast.Raise)]
+            message = _message(raises[0].exc) if raises else None
+            terms = _terms(node.test)
+            named = [f for f in map(_flag, terms) if f]
+            if message is None or not named:
+                continue
+            holds = [name in flags and bool(flags[name]) != negated for name, negated in named]
+            values = {name: bool(flags.get(name)) for name, _ in named}
+            others = [ast.unparse(t) for t in terms if _flag(t) is None]
+            found.append(FlaGuard(path, raises[0].lineno, function.name, message, values, others, all(holds)))
+    return found
+
+
+def fla_guards(flags: dict[str, Any]) -> list[FlaGuard]:
+    """Every platform guard in the installed FLA's ops, evaluated with `flags` (from `fla_flags`)."""
+    folder = fla_folder()
+    if folder is None:
+        return []
+    ops = os.path.join(folder, "ops")
+    return [
+        guard
+        for parent, _dirs, files in os.walk(ops)
+        for name in sorted(files)
+        if name.endswith(".py")
+        for guard in _guards_in(os.path.join(parent, name), flags)
+    ]
+
+
+def refusing_guard(exc: BaseException, guards: list[FlaGuard]) -> FlaGuard | None:
+    """The guard an exception came from: raised by FLA's code at one of its guards' raise lines."""
+    if not isinstance(exc, RuntimeError):
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+    last = frames[-1]
+    here = os.path.realpath(last.filename)
+    for guard in guards:
+        same_place = here == os.path.realpath(guard.file) and last.name == guard.function
+        if same_place and abs((last.lineno or 0) - guard.line) <= 2:  # a raise may span lines
+            return guard
+    return None

@@ -1,0 +1,49 @@
+"""Findings about flash-linear-attention (FLA) on this machine, one wording for trace-attention and
+env: installed where its kernels cannot run, or refusing a kernel with a guard of its own (read from
+the installed FLA by `dflashdoctor.fla_guards`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from dflashdoctor.codes import finding
+from dflashdoctor.report import Finding, Where
+
+
+def fla_not_usable_finding(fla: dict[str, Any], *, traced: bool) -> Finding:
+    """FLA installed where its kernels cannot run: one wording for trace-attention and env."""
+    where = "on the CPU" if fla.get("device") == "cpu" else f"here (triton's platform: {fla['platform']})"
+    return finding(
+        "kernel-unavailable",
+        f"FLA {fla.get('version') or ''} is installed but its kernels cannot run {where}".replace("  ", " "),
+        detail="transformers binds FLA's kernels to gated DeltaNet (linear-attention) layers whenever FLA imports, "
+        "and triton has no GPU backend to run them on, so the first such layer fails (`0 active drivers`). "
+        + (
+            "This trace kept FLA from importing, so those layers ran transformers' torch fallback; the layers "
+            "table shows the implementation each layer really ran."
+            if traced
+            else "A model trace here uses transformers' torch fallback for them."
+        ),
+        evidence=fla,
+        fix="Expected on a CPU machine: on the GPU node those layers run FLA's kernels. To run FLA's kernels here "
+        "you need a GPU that triton supports; to use the fallback in your own CPU runs, uninstall fla-core there.",
+    )
+
+
+def fla_guard_finding(guard: dict[str, Any], fla: dict[str, Any], *, during: str | None) -> Finding:
+    """A platform guard of the installed FLA that refuses a kernel here, with its flags' values."""
+    flags = ", ".join(f"{name}={value}" for name, value in guard["flags"].items())
+    when = f" when {' and '.join(guard['other_terms'])}" if guard["other_terms"] else ""
+    return finding(
+        "kernel-unavailable",
+        f"FLA {fla.get('version') or ''} refuses `{guard['function']}` on this machine{when}".replace("  ", " "),
+        detail=f"{guard['message']} FLA's own guard ({os.path.basename(guard['file'])}:{guard['line']}) holds here: "
+        f"{flags}."
+        + (f" It stopped the traced step in {during}; what ran before it is listed." if during else "")
+        + " This is the installed versions and the GPU's architecture, not the model.",
+        where=Where(file=guard["file"], line=guard["line"], function=guard["function"]),
+        evidence={"guard": guard, "fla": {k: v for k, v in fla.items() if k != "guards"}},
+        fix="Do what FLA's message says (above), or trace forward only (the default for a frozen target) if the "
+        "model is not trained here.",
+    )

@@ -1,0 +1,69 @@
+"""The installed FLA's own platform guards, read from its source and evaluated with its own flags; a
+refusal raised by FLA matched to its guard; env and a model trace on a CPU machine with FLA. Needs
+fla-core (the fla extra), which the test command installs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from dflashdoctor.fla_guards import FlaGuard, fla_folder, fla_guards
+
+pytestmark = pytest.mark.skipif(fla_folder() is None, reason="needs fla-core (the fla extra)")
+
+HOPPER_WITH_TRITON_3_6 = {"IS_NVIDIA_HOPPER": True, "TRITON_ABOVE_3_4_0": True, "TRITON_ABOVE_3_7_1": False}
+
+
+def _backward_guard(flags: dict[str, bool]) -> FlaGuard | None:
+    return next((g for g in fla_guards(flags) if g.function == "chunk_bwd_dqkwg"), None)
+
+
+def test_the_gated_backward_guard_is_read_from_the_installed_fla():
+    """fla-core 0.6.0 refuses the gated chunk_bwd_dqkwg on Hopper with triton >= 3.4.0 and < 3.7.1: the
+    guard is found in its source, and holds exactly where its flags say so."""
+    guard = _backward_guard(HOPPER_WITH_TRITON_3_6)
+    assert guard is not None and guard.applies
+    assert guard.flags == HOPPER_WITH_TRITON_3_6 and guard.other_terms == ["g is not None"]
+    assert "Triton >= 3.4.0 and < 3.7.1 on Hopper GPUs" in guard.message
+    for flag, value in HOPPER_WITH_TRITON_3_6.items():  # any one flag the other way: no refusal
+        assert not _backward_guard(HOPPER_WITH_TRITON_3_6 | {flag: not value}).applies
+
+
+REFUSE = """
+import json, sys, torch
+import fla.ops.common.chunk_o as chunk_o
+from dflashdoctor.fla_guards import FlaGuard, fla_guards, refusing_guard
+
+flags = json.loads(sys.argv[1])
+for name, value in flags.items():  # this CPU made to look like an H200 with triton 3.6, to FLA only
+    setattr(chunk_o, name, value)
+try:
+    chunk_o.chunk_bwd_dqkwg(None, None, None, None, None, None, g=torch.zeros(1))
+except RuntimeError as exc:
+    guard = refusing_guard(exc, fla_guards(flags))
+    print(json.dumps(guard.to_dict() if guard else None))
+"""
+
+
+def test_a_refusal_raised_by_fla_is_matched_to_its_guard():
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(REFUSE), json.dumps(HOPPER_WITH_TRITON_3_6)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    guard = json.loads(done.stdout.strip().splitlines()[-1])
+    assert guard["function"] == "chunk_bwd_dqkwg" and guard["applies"]
+
+
+def test_env_on_a_cpu_with_fla_says_its_kernels_cannot_run_here(cli):
+    run = cli("env")
+    assert run.code == 0, run.stdout + run.stderr
+    (unavailable,) = run.findings("kernel-unavailable")
+    assert unavailable["severity"] == "warning" and "is installed but its kernels cannot run" in unavailable["title"]
+    assert run.check("fla kernels")["status"] == "warn"
