@@ -17,8 +17,12 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from importlib import metadata
 from typing import Any
 
 GPU_PLATFORMS = ("cuda", "hip", "xpu")  # triton backends FLA runs its kernels on
@@ -61,6 +65,50 @@ def fla_flags() -> tuple[str, dict[str, Any]]:
         return f"unavailable: {type(exc).__name__}: {exc}"[:300], {}
     flags = {k: v for k, v in vars(utils).items() if k.isupper() and isinstance(v, bool)}
     return str(getattr(utils, "device_platform", "unknown")), flags
+
+
+def fla_version() -> str | None:
+    for distribution in ("fla-core", "flash-linear-attention"):
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def fla_state(device: str | None = None) -> dict[str, Any] | None:
+    """FLA as a run on `device` meets it: its version, platform, whether its kernels can run (a GPU
+    platform, and the run not on the CPU) and every guard of its own, evaluated here. `device` None:
+    the GPU where triton has one. None where FLA is not installed."""
+    if fla_folder() is None:
+        return None
+    platform, flags = fla_flags()
+    on_gpu = platform in GPU_PLATFORMS
+    device = device or ("cuda" if on_gpu else "cpu")
+    return {
+        "version": fla_version(),
+        "platform": platform,
+        "device": device,
+        "usable": on_gpu and device != "cpu",
+        "guards": [guard.to_dict() for guard in fla_guards(flags)],
+    }
+
+
+@contextmanager
+def fla_kept_out() -> Iterator[None]:
+    """Keeps `fla` from importing while a model is built, so that transformers binds its own torch
+    code to the linear-attention layers: its hub-kernel decorators bind FLA's kernels, when FLA
+    imports, as the modeling module is imported, whether they can run or not. What was bound stays
+    bound; afterwards `fla` imports again as before."""
+    saved = sys.modules.get("fla")
+    sys.modules["fla"] = None  # type: ignore[assignment]  # an import of fla or below now raises
+    try:
+        yield
+    finally:
+        if saved is None:
+            sys.modules.pop("fla", None)
+        else:
+            sys.modules["fla"] = saved
 
 
 def _terms(test: ast.expr) -> list[ast.expr]:

@@ -23,7 +23,7 @@ from typing import Any
 from dflashdoctor.bytecode import interpreter_bytecode, package_bytecode
 from dflashdoctor.cache.environment import NETWORK_FILESYSTEMS, mount_of
 from dflashdoctor.cache.roots import resolve_roots
-from dflashdoctor.fla_guards import GPU_PLATFORMS, fla_flags, fla_folder, fla_guards
+from dflashdoctor.fla_guards import fla_state
 from dflashdoctor.probe_support import probe_main
 
 VARIABLE_PREFIXES = ("TORCH", "TRITON", "FLA_", "CUDA", "NCCL", "PYTORCH", "HF_", "TRANSFORMERS", "NVIDIA", "OMP_")
@@ -117,22 +117,6 @@ def _cache_roots() -> list[dict[str, Any]]:
     return rows
 
 
-def _fla() -> dict[str, Any] | None:
-    """Where FLA is installed: its platform and the guards of its own that refuse a kernel here (after
-    torch: `fla.utils` imports it and triton). None where it is not."""
-    if fla_folder() is None:
-        return None
-    platform_name, flags = fla_flags()
-    usable = platform_name in GPU_PLATFORMS
-    return {
-        "version": _version("fla-core") or _version("flash-linear-attention"),
-        "platform": platform_name,
-        "device": "cuda" if usable else "cpu",
-        "usable": usable,
-        "guards": [guard.to_dict() for guard in fla_guards(flags) if guard.applies],
-    }
-
-
 def run(_settings: dict[str, Any]) -> dict[str, Any]:
     return {
         "python": sys.version.split()[0],
@@ -145,7 +129,7 @@ def run(_settings: dict[str, Any]) -> dict[str, Any]:
         # before torch is imported: nothing written by this probe's own imports is counted
         "bytecode": interpreter_bytecode() | {"packages": [p for p in map(package_bytecode, _BYTECODE_PACKAGES) if p]},
         **_torch(),
-        "fla": _fla(),
+        "fla": fla_state(),  # after torch: fla.utils imports it and triton
     }
 
 

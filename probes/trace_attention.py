@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from dflashdoctor import probe_support
-from dflashdoctor.fla_guards import GPU_PLATFORMS, FlaGuard, fla_flags, fla_folder, fla_guards, refusing_guard
+from dflashdoctor.fla_guards import FlaGuard, fla_kept_out, fla_state, refusing_guard
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch
 from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
@@ -109,30 +109,6 @@ def _confirm(rows: list[dict[str, Any]], model: torch.nn.Module, recorder: HFAtt
         row.update(ran=True, impl=impl, calls=row["calls"] + site.calls)
 
 
-def _fla_for(device: str) -> dict[str, Any] | None:
-    """FLA as this trace can use it (None where it is not installed). Where its kernels cannot run
-    (no GPU backend for triton, or the model on the CPU) the trace goes on without it: `fla` is kept
-    from importing in this probe, so transformers binds its own torch fallback, and the report says
-    so. Its platform guards are read for the refusals a step may meet."""
-    if fla_folder() is None:
-        return None
-    platform, flags = fla_flags()
-    usable = platform in GPU_PLATFORMS and device != "cpu"
-    if not usable:
-        sys.modules["fla"] = None  # type: ignore[assignment]  # transformers' decorators then fall back
-    try:
-        version: str | None = metadata.version("fla-core")
-    except metadata.PackageNotFoundError:
-        version = None
-    return {
-        "version": version,
-        "platform": platform,
-        "device": device,
-        "usable": usable,
-        "guards": [guard.to_dict() for guard in fla_guards(flags)],
-    }
-
-
 def _why_no_backward(model: torch.nn.Module, device: str, impl: str) -> str | None:
     """Why the model's backward cannot run here, or None when it can.
 
@@ -156,8 +132,10 @@ def _why_no_backward(model: torch.nn.Module, device: str, impl: str) -> str | No
 def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
     scale = _scale(settings, device)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    fla = _fla_for(device)
-    model, refusal = _build(lambda: build_config(settings["model"], scale), device, dtype)
+    fla = fla_state(device)
+    # where FLA's kernels cannot run, the layers are built on transformers' torch fallback; the report says so
+    with fla_kept_out() if fla is not None and not fla["usable"] else contextlib.nullcontext():
+        model, refusal = _build(lambda: build_config(settings["model"], scale), device, dtype)
     config = model.config
     impl = config._attn_implementation
     asked = settings["backward"]

@@ -10,8 +10,9 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
-from dflashdoctor.fla_guards import FlaGuard, fla_folder, fla_guards
+from dflashdoctor.fla_guards import FlaGuard, fla_flags, fla_folder, fla_guards
 
 pytestmark = pytest.mark.skipif(fla_folder() is None, reason="needs fla-core (the fla extra)")
 
@@ -61,9 +62,24 @@ def test_a_refusal_raised_by_fla_is_matched_to_its_guard():
     assert guard["function"] == "chunk_bwd_dqkwg" and guard["applies"]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
 def test_env_on_a_cpu_with_fla_says_its_kernels_cannot_run_here(cli):
     run = cli("env")
     assert run.code == 0, run.stdout + run.stderr
     (unavailable,) = run.findings("kernel-unavailable")
     assert unavailable["severity"] == "warning" and "is installed but its kernels cannot run" in unavailable["title"]
     assert run.check("fla kernels")["status"] == "warn"
+
+
+@pytest.mark.gpu
+def test_env_on_a_gpu_reports_the_guards_that_hold_here_without_running_a_model(cli):
+    """On a GPU node env judges FLA from its flags alone: each guard that holds here is a finding,
+    the same ones a model trace would meet."""
+    platform, flags = fla_flags()
+    holding = sorted(g.function for g in fla_guards(flags) if g.applies)
+    run = cli("env")
+    assert run.code == 0, run.stdout + run.stderr
+    assert platform == "cuda"
+    found = run.findings("kernel-unavailable")
+    assert sorted(f["evidence"]["guard"]["function"] for f in found) == holding
+    assert run.check("fla kernels")["status"] == ("warn" if holding else "pass")

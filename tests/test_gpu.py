@@ -96,18 +96,48 @@ def _drafter_sites(run) -> list[dict]:
 
 
 def test_trace_qwen27b_full_scale_runs_the_real_target(trace):
-    run = trace("--model", "qwen27b", "--scale", "full", "--no-backward", "--seq-len", "512")
+    """The frozen 27B target, as DFlash runs it: forward only, by default."""
+    run = trace("--model", "qwen27b", "--scale", "full", "--seq-len", "512")
     assert run.code == 0, run.stdout + run.stderr
     measurements = run.report["results"][0]["measurements"]
     assert measurements["parameters"] > 25e9 and measurements["scale"] == "full"
+    assert measurements["backward"] is False
     layers = measurements["layers"]
-    assert len(layers) == 64
+    assert len(layers) == 64 and all(layer["ran"] for layer in layers)
     full = [layer for layer in layers if layer["kind"] == "full_attention"]
     assert [layer["module"] for layer in full] == [f"model.layers.{i}.self_attn" for i in range(3, 64, 4)]
     assert {layer["impl"] for layer in full} == {"sdpa"}
     linear_impl = "fla kernel" if importlib.util.find_spec("fla") else "torch fallback"
     assert {layer["impl"] for layer in layers if layer["kind"] == "linear_attention"} == {linear_impl}
     assert "flex-unsupported-model" in run.codes()
+
+
+def _refusing_guards(function: str) -> list:
+    """The installed FLA's guards that refuse `function` on this machine (none without FLA)."""
+    from dflashdoctor.fla_guards import fla_flags, fla_folder, fla_guards
+
+    if fla_folder() is None:
+        return []
+    return [guard for guard in fla_guards(fla_flags()[1]) if guard.function == function and guard.applies]
+
+
+def test_trace_qwen27b_backward_that_fla_refuses_is_an_environment_finding(trace):
+    """With --backward the gated DeltaNet layers' backward runs FLA's chunk_bwd_dqkwg, which fla-core
+    0.6.0 refuses on Hopper with triton >= 3.4.0 and < 3.7.1: where FLA's own guard holds, the report
+    names it (kernel-unavailable), never target-raised, and keeps every layer of the forward."""
+    run = trace("--model", "qwen27b", "--scale", "tiny", "--backward")
+    assert run.code == 0, run.stdout + run.stderr
+    measurements = run.report["results"][0]["measurements"]
+    assert measurements["backward"] is True and "target-raised" not in run.codes()
+    assert all(layer["ran"] for layer in measurements["layers"])
+    refusing = _refusing_guards("chunk_bwd_dqkwg")
+    if not refusing:  # this FLA, triton and GPU run the backward
+        assert "kernel-unavailable" not in run.codes()
+        return
+    (refusal,) = run.findings("kernel-unavailable")
+    assert "`chunk_bwd_dqkwg`" in refusal["title"] and refusal["where"]["line"] == refusing[0].line
+    assert refusal["evidence"]["guard"]["flags"] == refusing[0].flags
+    assert run.check("model step")["status"] == "warn"
 
 
 def test_trace_drafter_step_is_fused_forward_and_backward(trace):

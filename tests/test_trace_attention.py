@@ -60,6 +60,10 @@ def test_qwen27b_on_a_cpu_with_fla_installed(cli):
     assert all(layer["ran"] and layer["calls"] == 1 for layer in layers)
     assert {layer["impl"] for layer in layers if layer["kind"] == "linear_attention"} == {"torch fallback"}
     assert {layer["impl"] for layer in layers if layer["kind"] == "full_attention"} == {"sdpa"}
+    table = {site["module"]: site for site in run.report["results"][0]["measurements"]["call_sites"]}
+    assert list(table) == [layer["module"] for layer in layers]
+    assert all(table[layer["module"]]["impl"] == layer["impl"] for layer in layers)
+    assert table["model.layers.0.linear_attn"]["verdict"] == "not flex (torch fallback)"
     (unavailable,) = run.findings("kernel-unavailable")
     assert unavailable["severity"] == "warning" and "cannot run on the CPU" in unavailable["title"]
     assert run.findings("flex-unsupported-model") and not run.findings("target-raised")
@@ -107,6 +111,10 @@ def test_a_model_step_that_raises_mid_way_still_lists_every_layer(cli, tmp_path)
         for i, kind in enumerate(config["layer_types"])
     ]
     assert [layer["ran"] for layer in layers] == [True, True, False, False, False, False]
+    table = run.report["results"][0]["measurements"]["call_sites"]
+    assert [site["module"] for site in table] == [layer["module"] for layer in layers]
+    assert [site["calls"] for site in table] == [1, 1, 0, 0, 0, 0]
+    assert all(site["verdict"].startswith("did not run") for site in table[2:])
     assert "2 ran before the step stopped" in run.check("layers")["summary"]
 
 

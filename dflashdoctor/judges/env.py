@@ -13,7 +13,7 @@ from typing import Any
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.cache import shared_filesystem_finding
-from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding
+from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding, why_fla_cannot_run
 from dflashdoctor.report import Finding, ProbeResult
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|AUTH", re.IGNORECASE)
@@ -126,12 +126,13 @@ class EnvJudge(Judge):
         model: the same findings a model trace meets."""
         if fla is None:
             return
+        holding = [guard for guard in fla["guards"] if guard["applies"]]
         found = [] if fla["usable"] else [fla_not_usable_finding(fla, traced=False)]
-        found += [fla_guard_finding(guard, fla, during=None) for guard in fla["guards"]]
+        found += [fla_guard_finding(guard, fla, during=None) for guard in holding]
         self.findings += found
-        parts = [] if fla["usable"] else [f"installed, but triton has no GPU backend here ({fla['platform']})"]
-        if fla["guards"]:
-            parts.append("refuses " + ", ".join(f"`{g['function']}`" for g in fla["guards"]) + " on this machine")
+        parts = [] if fla["usable"] else [f"installed, but its kernels cannot run: {why_fla_cannot_run(fla)}"]
+        if holding:
+            parts.append("refuses " + ", ".join(f"`{g['function']}`" for g in holding) + " on this machine")
         summary = f"FLA {fla['version']} " + ("; ".join(parts) if parts else f"runs here (platform {fla['platform']})")
         self._check("fla kernels", "warn" if found else "pass", summary, "kernel-unavailable")
 

@@ -11,14 +11,25 @@ from dflashdoctor.codes import finding
 from dflashdoctor.report import Finding, Where
 
 
+def why_fla_cannot_run(fla: dict[str, Any]) -> str:
+    """Why FLA's kernels cannot run where it is installed, in a few words."""
+    platform = fla["platform"]
+    if platform.startswith("unavailable"):
+        return f"FLA does not load here ({platform.removeprefix('unavailable: ')})"
+    if platform != "cpu" and fla.get("device") == "cpu":
+        return "the model runs on the CPU"
+    return f"triton has no GPU backend here (FLA's platform: {platform})"
+
+
 def fla_not_usable_finding(fla: dict[str, Any], *, traced: bool) -> Finding:
     """FLA installed where its kernels cannot run: one wording for trace-attention and env."""
-    where = "on the CPU" if fla.get("device") == "cpu" else f"here (triton's platform: {fla['platform']})"
+    where = "on the CPU" if fla.get("device") == "cpu" else "here"
     return finding(
         "kernel-unavailable",
         f"FLA {fla.get('version') or ''} is installed but its kernels cannot run {where}".replace("  ", " "),
         detail="transformers binds FLA's kernels to gated DeltaNet (linear-attention) layers whenever FLA imports, "
-        "and triton has no GPU backend to run them on, so the first such layer fails (`0 active drivers`). "
+        f"and they cannot run: {why_fla_cannot_run(fla)}, so the first such layer would fail (`0 active drivers` where "
+        "triton has no GPU). "
         + (
             "This trace kept FLA from importing, so those layers ran transformers' torch fallback; the layers "
             "table shows the implementation each layer really ran."

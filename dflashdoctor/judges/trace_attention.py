@@ -140,6 +140,7 @@ class TraceAttentionJudge(Judge):
         self.sites += [user_site(s) for part in parts for s in part.get("flex_sites", [])]
         self.unclaimed = [e for e in obs.get("dense_events", []) if not e.get("forward_site")]
         self._claim_outer_region_events()
+        self._layers_from_the_tree()
         for row in self.sites:
             if row["impl"] == _FLEX and _ran_dense(row):
                 row["cause"] = dense_cause(row, obs)
@@ -177,8 +178,34 @@ class TraceAttentionJudge(Judge):
         self._unclaimed_dense()
         self._graph_breaks()
         self._bypasses()
-        self.measurements["call_sites"] = self.sites
+        self.measurements["call_sites"] = self.sites + self._layers_not_run()
         return self.result()
+
+    def _layers_from_the_tree(self) -> None:
+        """A layer hook sees that a layer ran, not which kernel: its row takes the implementation the
+        probe read from the layer (the FLA kernel or transformers' torch fallback)."""
+        ran = {layer["module"]: layer for layer in (self.model or {}).get("layers", []) if layer.get("ran")}
+        for row in self.sites:
+            layer = ran.get(row["module"])
+            if layer is not None and row["impl"] == "module-forward":
+                row["impl"] = layer["impl"]
+                row["verdict"] = f"not flex ({layer['impl']})"
+                row["via"] = f"module forward ({layer['class']}): {layer['impl']}"
+
+    def _layers_not_run(self) -> list[dict[str, Any]]:
+        """The layers a raising step never reached, as the module tree configures them, so that the
+        table still lists every layer; they are no call site, so no check counts them."""
+        return [
+            _row(
+                {"module": layer["module"], "calls": 0},
+                origin="transformers",
+                via=f"module tree ({layer['class']}): configured {layer['configured']}",
+                impl=layer["configured"],
+                verdict="did not run: the step stopped before it",
+            )
+            for layer in (self.model or {}).get("layers", [])
+            if not layer.get("ran")
+        ]
 
     def _instrumentation(self) -> None:
         parts = (self.obs, self.model or {}, self.drafter or {}, self.script or {})

@@ -15,11 +15,14 @@ concurrent fault, `--fix sequential` the fix (and `--fix lock` the in-process al
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 from typing import Any
 
 import torch
+
+from dflashdoctor.fla_guards import fla_kept_out, fla_state
 
 TARGET_FORWARDS = ("concurrent", "sequential")
 TARGET_SPEC = "dflashdoctor.reference.target_pairs:target_forward"
@@ -48,8 +51,14 @@ def fla_importable() -> bool:
 
 
 def build_target(device: str, dtype: torch.dtype, seed: int = 0) -> torch.nn.Module:
-    """A random-weight Qwen3.5-style target (gated DeltaNet + full attention), frozen for inference."""
-    fla_importable()
+    """A random-weight Qwen3.5-style target (gated DeltaNet + full attention), frozen for inference.
+
+    Its gated DeltaNet layers run FLA's kernels where they can (on a GPU); elsewhere FLA is kept from
+    importing, so they run transformers' torch fallback instead of failing at the first call."""
+    fla = fla_state(device.split(":")[0])
+    cannot_run = fla is not None and not fla["usable"]
+    if fla is not None and not cannot_run:
+        fla_importable()
     from transformers import AutoModelForCausalLM
 
     from dflashdoctor.models import build_config
@@ -57,7 +66,7 @@ def build_target(device: str, dtype: torch.dtype, seed: int = 0) -> torch.nn.Mod
     config = build_config("qwen27b", "tiny")
     for key, value in _OVERRIDES.items():
         setattr(config, key, value)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), fla_kept_out() if cannot_run else contextlib.nullcontext():
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.to(device).eval().requires_grad_(False)
