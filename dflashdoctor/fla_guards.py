@@ -67,13 +67,20 @@ def fla_flags() -> tuple[str, dict[str, Any]]:
     return str(getattr(utils, "device_platform", "unknown")), flags
 
 
-def fla_version() -> str | None:
-    for distribution in ("fla-core", "flash-linear-attention"):
-        try:
-            return metadata.version(distribution)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+def _installed(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _gpu_name() -> str | None:
+    """The GPU FLA's flags were read on (fla.utils has imported torch by then)."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch.cuda.get_device_name() if torch is not None and torch.cuda.is_available() else None
+    except Exception:  # a driver that fails here: the flags still say what FLA saw
+        return None
 
 
 def fla_state(device: str | None = None) -> dict[str, Any] | None:
@@ -86,7 +93,9 @@ def fla_state(device: str | None = None) -> dict[str, Any] | None:
     on_gpu = platform in GPU_PLATFORMS
     device = device or ("cuda" if on_gpu else "cpu")
     return {
-        "version": fla_version(),
+        "version": _installed("fla-core") or _installed("flash-linear-attention"),
+        "triton": _installed("triton"),
+        "gpu": _gpu_name() if on_gpu else None,
         "platform": platform,
         "device": device,
         "usable": on_gpu and device != "cpu",

@@ -152,19 +152,22 @@ def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder
     seq_len = settings["seq_len"]
     generator = torch.Generator().manual_seed(0)
     error = refused = None
+    stage = "the first step"
     with HFAttentionRecorder(model, dense, namer) as recorder:
         try:
             for step in range(settings["steps"]):
                 dense.phase = f"model:step{step}"
+                stage = f"the forward of step {step}"
                 ids = torch.randint(0, config.vocab_size, (1, seq_len), generator=generator).to(device)
                 with torch.set_grad_enabled(backward):
                     out = model(input_ids=ids, labels=ids)
                     if backward:
+                        stage = f"the backward of step {step}"
                         out.loss.backward()
         except Exception as exc:  # kept with the layers and sites seen so far
             guard = refusing_guard(exc, [FlaGuard(**g) for g in fla["guards"]]) if fla else None
             if guard is not None:  # FLA's own refusal of this machine: the environment, not the model
-                refused = {"guard": guard.to_dict(), "phase": dense.phase, "error": _error_record(exc)}
+                refused = {"guard": guard.to_dict(), "stage": stage, "error": _error_record(exc)}
             else:
                 error = _error_record(exc)
     _confirm(layers, model, recorder)

@@ -63,7 +63,8 @@ def test_qwen27b_on_a_cpu_with_fla_installed(cli):
     table = {site["module"]: site for site in run.report["results"][0]["measurements"]["call_sites"]}
     assert list(table) == [layer["module"] for layer in layers]
     assert all(table[layer["module"]]["impl"] == layer["impl"] for layer in layers)
-    assert table["model.layers.0.linear_attn"]["verdict"] == "not flex (torch fallback)"
+    assert table["model.layers.0.linear_attn"]["verdict"] == "not flex"
+    assert table["model.layers.0.linear_attn"]["via"] == "module forward (Qwen3_5GatedDeltaNet): torch fallback"
     (unavailable,) = run.findings("kernel-unavailable")
     assert unavailable["severity"] == "warning" and "cannot run on the CPU" in unavailable["title"]
     assert run.findings("flex-unsupported-model") and not run.findings("target-raised")

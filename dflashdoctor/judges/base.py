@@ -24,6 +24,14 @@ def size_text(n: float | None) -> str:
     return "n/a" if n is None else f"{n / 2**30:.3g} GiB" if n >= 2**28 else f"{n / 2**20:.3g} MiB"
 
 
+def count_text(n: float) -> str:
+    """A large count the way model sizes are said: 3.49M, 26.9B."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return f"{n:g}"
+
+
 class Judge:
     def __init__(self, probe: str) -> None:
         self.probe = probe

@@ -42,19 +42,26 @@ def fla_not_usable_finding(fla: dict[str, Any], *, traced: bool) -> Finding:
     )
 
 
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
 def fla_guard_finding(guard: dict[str, Any], fla: dict[str, Any], *, during: str | None) -> Finding:
-    """A platform guard of the installed FLA that refuses a kernel here, with its flags' values."""
+    """A platform guard of the installed FLA that refuses a kernel here: the versions and GPU it holds
+    for, FLA's flags, and FLA's own advice as the fix."""
     flags = ", ".join(f"{name}={value}" for name, value in guard["flags"].items())
     when = f" when {' and '.join(guard['other_terms'])}" if guard["other_terms"] else ""
+    machine = f"triton {fla.get('triton') or 'unknown'}" + (f" on {fla['gpu']}" if fla.get("gpu") else "")
     return finding(
         "kernel-unavailable",
         f"FLA {fla.get('version') or ''} refuses `{guard['function']}` on this machine{when}".replace("  ", " "),
-        detail=f"{guard['message']} FLA's own guard ({os.path.basename(guard['file'])}:{guard['line']}) holds here: "
-        f"{flags}."
-        + (f" It stopped the traced step in {during}; what ran before it is listed." if during else "")
+        detail=f"FLA's own guard ({os.path.basename(guard['file'])}:{guard['line']}) holds for {machine} "
+        f"({flags})."
+        + (f" It stopped {during} of the trace; what ran before it is listed." if during else "")
         + " This is the installed versions and the GPU's architecture, not the model.",
         where=Where(file=guard["file"], line=guard["line"], function=guard["function"]),
         evidence={"guard": guard, "fla": {k: v for k, v in fla.items() if k != "guards"}},
-        fix="Do what FLA's message says (above), or trace forward only (the default for a frozen target) if the "
-        "model is not trained here.",
+        fix=f"FLA says: {_sentence(guard['message'])} If the model is not trained here, trace it forward only "
+        "(the default for a frozen target).",
     )

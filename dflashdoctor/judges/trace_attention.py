@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from dflashdoctor.codes import finding
-from dflashdoctor.judges.base import Judge, size_text
+from dflashdoctor.judges.base import Judge, count_text, size_text
 from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, recompile_limit_record, skipped_frame_record
 from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding
 from dflashdoctor.probe_support import first_line
@@ -74,8 +74,7 @@ def call_site(site: dict[str, Any]) -> dict[str, Any]:
         via = "transformers attention interface: flex_attention (HF's compiled singleton)"
     else:
         via = f"transformers attention interface: {site['impl']}"
-    shown = site["module_class"] if site["impl"] == "module-forward" else site["impl"]
-    verdict = ("dense despite compile" if _ran_dense(site) else "fused") if flex else f"not flex ({shown})"
+    verdict = ("dense despite compile" if _ran_dense(site) else "fused") if flex else "not flex"
     origin = _origin(site.get("file")) if site.get("file") else "transformers"
     if site["impl"] != "module-forward" and origin != "transformers":  # the caller's code, through transformers
         origin = f"{origin} via transformers"
@@ -189,7 +188,6 @@ class TraceAttentionJudge(Judge):
             layer = ran.get(row["module"])
             if layer is not None and row["impl"] == "module-forward":
                 row["impl"] = layer["impl"]
-                row["verdict"] = f"not flex ({layer['impl']})"
                 row["via"] = f"module forward ({layer['class']}): {layer['impl']}"
 
     def _layers_not_run(self) -> list[dict[str, Any]]:
@@ -232,7 +230,7 @@ class TraceAttentionJudge(Judge):
         self._check(
             "model",
             "info",
-            f"{model['model_class']} ({model['model_type']}, {model['parameters'] / 1e6:.3g}M parameters, "
+            f"{model['model_class']} ({model['model_type']}, {count_text(model['parameters'])} parameters, "
             f"{model['scale']} scale, attention {model['attn_implementation']}), {steps}",
         )
         fla = model.get("fla")
@@ -246,11 +244,11 @@ class TraceAttentionJudge(Judge):
     def _fla_refused(self, refused: dict[str, Any], fla: dict[str, Any]) -> None:
         """FLA's own guard stopped the step: this machine's versions, not the model."""
         guard = refused["guard"]
-        self.findings.append(fla_guard_finding(guard, fla, during=refused["phase"]))
+        self.findings.append(fla_guard_finding(guard, fla, during=refused["stage"]))
         self._check(
             "model step",
             "warn",
-            f"FLA refuses `{guard['function']}` on this machine; the step stopped there",
+            f"FLA refuses `{guard['function']}` on this machine; {refused['stage']} stopped there",
             "kernel-unavailable",
         )
 

@@ -57,7 +57,11 @@ def render_terminal(report: Report, console: Console, *, verbose: bool = False, 
             )
         rows = site_rows(result.measurements)
         if rows:
-            table = Table(*SITE_COLUMNS[:-1], title="call sites", title_justify="left", box=None, padding=(0, 2))
+            table = Table(title="call sites", title_justify="left", box=None, padding=(0, 1))
+            longest_module = max(len(row[0]) for row in rows)
+            table.add_column(SITE_COLUMNS[0], min_width=min(longest_module, 36), overflow="fold")  # the row's key
+            for column in SITE_COLUMNS[1:-1]:
+                table.add_column(column)
             for row in rows:
                 table.add_row(*(Text(cell) for cell in row[:-1]))
             console.print(table)
