@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# On a CUDA machine: the trace-attention runs kept under reports/examples/, and the overhead benchmark.
+# On a CUDA machine: the drafter's trace-attention runs kept under reports/examples/, and the overhead
+# benchmark (the 27B target alone: scripts/gpu_qwen27b_evidence.sh).
 #   OUT=/some/dir bash scripts/gpu_trace_evidence.sh
 # Each run's report folder and console output land in $OUT/trace-evidence.tgz; exit codes in
 # $OUT/trace-runs.txt; the benchmark's output in $OUT/trace_overhead.txt.
@@ -17,7 +18,6 @@ trace() {
   echo "$name: exit $? in $((SECONDS - started)) s" | tee -a "$OUT/trace-runs.txt"
 }
 
-trace h200-trace-qwen27b-full --model qwen27b --scale full --no-backward --seq-len 2048
 trace h200-trace-qwen27b-drafter --model qwen27b --drafter --expect-wrapper "$wrapper"
 trace h200-trace-drafter-healthy --drafter --seq-len 8192 --expect-wrapper "$wrapper"
 trace h200-trace-drafter-hf-flex-path --drafter --drafter-fault hf-flex-path --seq-len 8192 --expect-wrapper "$wrapper"
