@@ -82,7 +82,7 @@ def _planned_layers(model: torch.nn.Module, config: Any) -> list[dict[str, Any]]
             continue
         outer.append(name)
         index = getattr(module, "layer_idx", None)
-        linear = "DeltaNet" in type(module).__name__ or "Linear" in type(module).__name__
+        linear = any(part in type(module).__name__ for part in ("DeltaNet", "Linear", "Mamba"))
         kind = layer_types[index] if isinstance(index, int) and index < len(layer_types) else None
         kind = kind or ("linear_attention" if linear else "full_attention")
         configured = kernel_impl(module) if linear else None

@@ -343,3 +343,19 @@ def test_bad_options_exit_2(cli, args, message):
     run = cli("trace-attention", *args)
     assert run.code == 2
     assert run.stderr.strip() == f"dflashdoctor: {message}"
+
+
+def test_an_fla_that_does_not_load_is_named_and_the_layers_fall_back(cli, tmp_path):
+    """A broken FLA install (its utils fail to import, as with a triton built for another CUDA): the
+    trace still runs every layer, on transformers' torch code, and says why FLA's kernels did not."""
+    package = tmp_path / "site" / "fla"
+    (package / "utils").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "utils" / "__init__.py").write_text('raise ImportError("libtriton.so: cannot open shared object")\n')
+    run = cli("trace-attention", "--model", "qwen27b", env={"PYTHONPATH": str(tmp_path / "site")})
+    assert run.code == 0, run.stdout + run.stderr
+    layers = run.report["results"][0]["measurements"]["layers"]
+    assert {layer["impl"] for layer in layers if layer["kind"] == "linear_attention"} == {"torch fallback"}
+    (unavailable,) = run.findings("kernel-unavailable")
+    assert "FLA does not load here (ImportError: libtriton.so" in unavailable["detail"]
+    assert "Repair the FLA install" in unavailable["fix"]

@@ -24,21 +24,33 @@ def why_fla_cannot_run(fla: dict[str, Any]) -> str:
 def fla_not_usable_finding(fla: dict[str, Any], *, traced: bool) -> Finding:
     """FLA installed where its kernels cannot run: one wording for trace-attention and env."""
     where = "on the CPU" if fla.get("device") == "cpu" else "here"
+    why = why_fla_cannot_run(fla)
+    if fla["platform"].startswith("unavailable"):  # transformers falls back by itself
+        detail = f"{why}, so transformers runs its torch fallback for the gated DeltaNet layers."
+        fix = (
+            "Repair the FLA install so that `import fla.utils` succeeds (the error above); until then those layers "
+            "run transformers' torch code, far slower than FLA's kernels."
+        )
+    else:
+        detail = (
+            "transformers binds FLA's kernels to the gated DeltaNet (linear-attention) layers whenever FLA "
+            f"imports, and they cannot run: {why}, so the first such layer fails (`0 active drivers`)."
+        )
+        fix = (
+            "Expected on a CPU machine: on the GPU node those layers run FLA's kernels. To run FLA's kernels here "
+            "you need a GPU that triton supports; to use the fallback in your own CPU runs, uninstall fla-core there."
+        )
+    if traced:
+        detail += (
+            " This trace kept FLA from importing, so those layers ran transformers' torch fallback; the layers "
+            "table shows the implementation each layer really ran."
+        )
     return finding(
         "kernel-unavailable",
         f"FLA {fla.get('version') or ''} is installed but its kernels cannot run {where}".replace("  ", " "),
-        detail="transformers binds FLA's kernels to gated DeltaNet (linear-attention) layers whenever FLA imports, "
-        f"and they cannot run: {why_fla_cannot_run(fla)}, so the first such layer would fail (`0 active drivers` where "
-        "triton has no GPU). "
-        + (
-            "This trace kept FLA from importing, so those layers ran transformers' torch fallback; the layers "
-            "table shows the implementation each layer really ran."
-            if traced
-            else "A model trace here uses transformers' torch fallback for them."
-        ),
+        detail=detail,
         evidence=fla,
-        fix="Expected on a CPU machine: on the GPU node those layers run FLA's kernels. To run FLA's kernels here "
-        "you need a GPU that triton supports; to use the fallback in your own CPU runs, uninstall fla-core there.",
+        fix=fix,
     )
 
 
