@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from dflashdoctor.models import PRESETS
+
 SITE_FIELDS = {
     "file",
     "line",
@@ -86,19 +88,9 @@ _TAIL = ("linear_attention", "full_attention")
 def test_a_model_step_that_raises_mid_way_still_lists_every_layer(cli, tmp_path):
     """A real model whose third layer fails (a linear-attention layer with a convolution of width 0):
     the two layers before it ran, and every layer is still in the table, as configured."""
-    config = {
-        "model_type": "qwen3_5_text",
-        "hidden_size": 192,
+    preset = PRESETS["qwen27b"]
+    config = {"model_type": preset.model_type, **preset.full, **preset.tiny} | {
         "num_hidden_layers": 6,
-        "num_attention_heads": 6,
-        "num_key_value_heads": 1,
-        "head_dim": 64,
-        "intermediate_size": 384,
-        "vocab_size": 1024,
-        "linear_num_key_heads": 2,
-        "linear_num_value_heads": 6,
-        "linear_key_head_dim": 32,
-        "linear_value_head_dim": 32,
         "linear_conv_kernel_dim": 0,
         "layer_types": ["full_attention", "full_attention", "linear_attention", "full_attention", *_TAIL],
     }
