@@ -154,7 +154,7 @@ def _guards_in(path: str, flags: dict[str, Any]) -> list[FlaGuard]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    found = []
+    found: dict[int, FlaGuard] = {}  # by the raise's line: a nested function's guard is its own (walked later)
     for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
         for node in ast.walk(function):
             if not isinstance(node, ast.If):
@@ -168,8 +168,9 @@ def _guards_in(path: str, flags: dict[str, Any]) -> list[FlaGuard]:
             holds = [name in flags and bool(flags[name]) != negated for name, negated in named]
             values = {name: bool(flags.get(name)) for name, _ in named}
             others = [ast.unparse(t) for t in terms if _flag(t) is None]
-            found.append(FlaGuard(path, raises[0].lineno, function.name, message, values, others, all(holds)))
-    return found
+            line = raises[0].lineno
+            found[line] = FlaGuard(path, line, function.name, message, values, others, all(holds))
+    return sorted(found.values(), key=lambda guard: guard.line)
 
 
 def fla_guards(flags: dict[str, Any]) -> list[FlaGuard]:

@@ -1,6 +1,6 @@
 """The installed FLA's own platform guards, read from its source and evaluated with its own flags; a
-refusal raised by FLA matched to its guard; env and a model trace on a CPU machine with FLA. Needs
-fla-core (the fla extra), which the test command installs."""
+refusal raised by FLA matched to its guard; env on a CPU machine and on a GPU with FLA. All but the
+parser's test need fla-core (the fla extra), which the test command installs."""
 
 from __future__ import annotations
 
@@ -14,15 +14,53 @@ import torch
 
 from dflashdoctor.fla_guards import FlaGuard, fla_flags, fla_folder, fla_guards
 
-pytestmark = pytest.mark.skipif(fla_folder() is None, reason="needs fla-core (the fla extra)")
+needs_fla = pytest.mark.skipif(fla_folder() is None, reason="needs fla-core (the fla extra)")
 
 HOPPER_WITH_TRITON_3_6 = {"IS_NVIDIA_HOPPER": True, "TRITON_ABOVE_3_4_0": True, "TRITON_ABOVE_3_7_1": False}
+
+
+GUARDS = """
+# one of FLA's ops modules, in miniature
+
+def outer(g):
+    if IS_NVIDIA_HOPPER and not TRITON_ABOVE_3_7_1 and g is not None:
+        raise RuntimeError("refused on " "Hopper")
+
+    def inner():
+        if IS_AMD:
+            raise RuntimeError("inner refusal")
+
+    if g is None:  # no flag: not a platform guard
+        raise RuntimeError("g is needed")
+    if IS_NVIDIA_HOPPER:
+        raise RuntimeError(f"a formatted message {g}")  # not a constant: not read
+    if IS_NVIDIA_HOPPER:
+        raise ValueError("another exception type")
+"""
+
+
+def test_guards_are_read_from_source_as_written(tmp_path):
+    """Flags and their negation, the call's other terms, nested functions (each guard once, in its own
+    function); conditions without a flag, non-constant messages and other exception types are no guards."""
+    from dflashdoctor.fla_guards import _guards_in
+
+    path = tmp_path / "ops.py"
+    path.write_text(GUARDS)
+    on_hopper = {"IS_NVIDIA_HOPPER": True, "TRITON_ABOVE_3_7_1": False}
+    hopper, inner = _guards_in(str(path), on_hopper)
+    assert (hopper.function, hopper.line, hopper.message) == ("outer", 6, "refused on Hopper")
+    assert hopper.flags == on_hopper and hopper.other_terms == ["g is not None"] and hopper.applies
+    assert (inner.function, inner.line, inner.applies) == ("inner", 10, False)  # IS_AMD not set here
+    assert not _guards_in(str(path), on_hopper | {"TRITON_ABOVE_3_7_1": True})[0].applies
+    path.write_bytes(b"\xff\xfe raise RuntimeError")  # not UTF-8: nothing, no exception
+    assert _guards_in(str(path), on_hopper) == []
 
 
 def _backward_guard(flags: dict[str, bool]) -> FlaGuard | None:
     return next((g for g in fla_guards(flags) if g.function == "chunk_bwd_dqkwg"), None)
 
 
+@needs_fla
 def test_the_gated_backward_guard_is_read_from_the_installed_fla():
     """fla-core 0.6.0 refuses the gated chunk_bwd_dqkwg on Hopper with triton >= 3.4.0 and < 3.7.1: the
     guard is found in its source, and holds exactly where its flags say so."""
@@ -50,6 +88,7 @@ except RuntimeError as exc:
 """
 
 
+@needs_fla
 def test_a_refusal_raised_by_fla_is_matched_to_its_guard():
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(REFUSE), json.dumps(HOPPER_WITH_TRITON_3_6)],
@@ -62,6 +101,7 @@ def test_a_refusal_raised_by_fla_is_matched_to_its_guard():
     assert guard["function"] == "chunk_bwd_dqkwg" and guard["applies"]
 
 
+@needs_fla
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
 def test_env_on_a_cpu_with_fla_says_its_kernels_cannot_run_here(cli):
     run = cli("env")
@@ -71,6 +111,7 @@ def test_env_on_a_cpu_with_fla_says_its_kernels_cannot_run_here(cli):
     assert run.check("fla kernels")["status"] == "warn"
 
 
+@needs_fla
 @pytest.mark.gpu
 def test_env_on_a_gpu_reports_the_guards_that_hold_here_without_running_a_model(cli):
     """On a GPU node env judges FLA from its flags alone: each guard that holds here is a finding,
