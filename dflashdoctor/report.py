@@ -81,13 +81,24 @@ class Comparison:
 
 @dataclass
 class ProbeResult:
+    """One section of a report. `status` is settled by `settle` when the report is finished: only
+    "error" (the probe crashed or was cut short) and "skipped" (it did not apply) are set by hand."""
+
     probe: str
-    status: ProbeStatus
+    status: ProbeStatus = "pass"
     duration_s: float = 0.0
     findings: list[Finding] = field(default_factory=list)
     measurements: dict[str, Any] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
+
+    def settle(self) -> None:
+        """The one pass/fail rule: a section fails when any finding is an error or any check failed.
+        A crashed or skipped section stays so: it cannot vouch for anything, nor fail for anything."""
+        if self.status in ("error", "skipped"):
+            return
+        failed = any(f.severity == "error" for f in self.findings) or any(c.status == "fail" for c in self.checks)
+        self.status = "fail" if failed else "pass"
 
 
 @dataclass
@@ -111,11 +122,14 @@ class Report:
         return EXIT_FINDINGS if self.verdict == "fail" else EXIT_OK
 
     def settle_verdict(self) -> None:
+        """The report's verdict and so its exit code: each section settled by the one rule, then the
+        worst of them (a crash outranks a failure)."""
+        for result in self.results:
+            result.settle()
         crashed = any(r.status == "error" for r in self.results) or any(
             f.code == "probe-crashed" for f in self.findings()
         )
-        failed = any(f.severity == "error" for f in self.findings())
-        self.verdict = "error" if crashed else "fail" if failed else "pass"
+        self.verdict = "error" if crashed else "fail" if any(r.status == "fail" for r in self.results) else "pass"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -375,8 +375,8 @@ def test_a_probe_stopped_by_sigterm_goes_with_the_doctor(tmp_path):
 
     child = _started(["check-compile", "--report-dir", str(tmp_path / "report")], tmp_path)
     probe = tmp_path / "probe-pid"
-    _wait_for(lambda: _probe_pids() != [])
-    probe.write_text(" ".join(map(str, _probe_pids())))
+    _wait_for(lambda: _probe_pids(child.pid) != [])
+    probe.write_text(" ".join(map(str, _probe_pids(child.pid))))
     child.send_signal(signal.SIGTERM)
     _out, err = child.communicate(timeout=120)
     assert child.returncode == 143 and err.strip() == "dflashdoctor: stopped by SIGTERM"
@@ -384,8 +384,16 @@ def test_a_probe_stopped_by_sigterm_goes_with_the_doctor(tmp_path):
         _wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout_s=30)
 
 
-def _probe_pids() -> list[int]:
-    """check-compile probe processes of this test (their argv names the probe script)."""
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _probe_pids(ancestor: int) -> list[int]:
+    """check-compile probe processes started by `ancestor` (their argv names the probe script): not
+    those of another test run on the same machine."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -393,7 +401,12 @@ def _probe_pids() -> list[int]:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if any(part.endswith(b"probes/check_compile.py") for part in argv):
+            if not any(part.endswith(b"probes/check_compile.py") for part in argv):
+                continue
+            pid = int(entry.name)
+            while pid not in (ancestor, 0, 1) and pid is not None:
+                pid = _parent(pid)
+            if pid == ancestor:
                 pids.append(int(entry.name))
     return pids
 

@@ -153,11 +153,21 @@ def test_env_reports_versions_and_hazards_and_redacts_secrets(tmp_path):
 
 
 def test_python_runs_the_probed_side_in_another_virtual_environment(tmp_path):
-    """A second venv (sharing this one's packages, so torch is there): the probes run in its
-    interpreter, and the report says which."""
+    """A second venv sharing the packages of the interpreter running the tests (so torch is there),
+    through a .pth file: `--system-site-packages` would share the base interpreter's instead, which
+    has no torch when the tests themselves run in a venv. The probes run in its interpreter, and the
+    report says which."""
     venv = tmp_path / "other-venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
+    where = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
+    shared = [path for path in sys.path if path.endswith(("site-packages", "dist-packages"))]
+    Path(where, "tests-packages.pth").write_text("".join(f"{path}\n" for path in shared))
     run = gate(tmp_path, "--python", python, config='probes = ["env", "check-compile"]\n')
     assert run.code == 0, run.stdout[-3000:] + run.stderr[-2000:]
     env_section = run.report["results"][0]

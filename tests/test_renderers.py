@@ -114,6 +114,9 @@ def test_verdicts_and_exit_codes():
     assert (report.verdict, report.exit_code()) == ("error", 3)
     report.results[0].findings = []
     report.settle_verdict()
+    assert (report.verdict, report.exit_code()) == ("fail", 1)  # a failed check fails its section too
+    report.results[0].checks = [c for c in report.results[0].checks if c.status != "fail"]
+    report.settle_verdict()
     assert (report.verdict, report.exit_code()) == ("pass", 0)
 
 

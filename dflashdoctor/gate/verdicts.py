@@ -14,15 +14,9 @@ from typing import Any
 
 from dflashdoctor.codes import finding
 from dflashdoctor.gate.config import GateConfig
-from dflashdoctor.report import Check, ProbeResult
+from dflashdoctor.report import Check, CheckStatus, ProbeResult
 
 _RACE_ERRORS = ("autotuner-race", "concurrent-autotuner-entry")
-
-
-def _settle(result: ProbeResult) -> None:
-    """After findings were dropped: pass or fail again, but a crashed or skipped probe stays so."""
-    if result.status in ("pass", "fail"):
-        result.status = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
 
 
 def _over(result: ProbeResult, budget: str, measured: Any, limit: Any, what: str) -> None:
@@ -37,7 +31,6 @@ def _over(result: ProbeResult, budget: str, measured: Any, limit: Any, what: str
         )
     )
     result.checks.append(Check(f"budget {budget}", "fail", f"{measured} > {limit}", ["budget-exceeded"]))
-    result.status = "fail"
 
 
 def apply_budgets(result: ProbeResult, config: GateConfig) -> None:
@@ -54,11 +47,17 @@ def apply_budgets(result: ProbeResult, config: GateConfig) -> None:
     if limit is not None and isinstance(compile_s, int | float) and compile_s > limit:
         _over(result, "max_compile_seconds", round(compile_s, 2), limit, "compile seconds")
     if not config.require_fused_backward:  # the team accepts a dense backward (say, a forward-only job)
-        result.findings = [f for f in result.findings if f.code != "dense-backward"]
-        for check in result.checks:
-            if check.name == "backward" and check.status == "fail":
-                check.status, check.summary = "info", f"allowed (require_fused_backward = false): {check.summary}"
-        _settle(result)
+        _allow(result, {"dense-backward"}, "info", "allowed (require_fused_backward = false)")
+
+
+def _allow(result: ProbeResult, codes: set[str], status: CheckStatus, why: str) -> None:
+    """The configuration accepts what `codes` stand for: their findings go, and a failed check that
+    stood for them (and for no error still found) becomes `status`, saying why."""
+    result.findings = [f for f in result.findings if f.code not in codes]
+    still_errors = {f.code for f in result.findings if f.severity == "error"}
+    for check in result.checks:
+        if check.status == "fail" and set(check.codes) & codes and not set(check.codes) & still_errors:
+            check.status, check.summary = status, f"{why}: {check.summary}"
 
 
 def judge_race_for_pipeline(result: ProbeResult, config: GateConfig) -> None:
@@ -68,7 +67,7 @@ def judge_race_for_pipeline(result: ProbeResult, config: GateConfig) -> None:
     reproduction = [f for f in result.findings if f.code in _RACE_ERRORS]
     if not reproduction:
         return
-    result.findings = [f for f in result.findings if f.code not in _RACE_ERRORS]
+    _allow(result, set(_RACE_ERRORS), "warn", "installed triton is racy")
     shared = next((f for f in result.findings if f.code == "autotuner-shared-state"), None)
     if shared is not None:
         shared.evidence["forced_reproduction"] = [f"{f.code}: {f.title}" for f in reproduction]
@@ -76,11 +75,7 @@ def judge_race_for_pipeline(result: ProbeResult, config: GateConfig) -> None:
             " The forced reproduction failed here, so the installed triton has the race; the configured pipeline "
             "does not run autotuned kernels from several threads (threaded_autotuners = false), so it is a warning."
         )
-    for check in result.checks:
-        if check.status == "fail" and set(check.codes) & set(_RACE_ERRORS):
-            check.status, check.summary = "warn", f"installed triton is racy: {check.summary}"
     result.checks.append(Check("pipeline", "info", "threaded_autotuners = false: the race is reported as a warning"))
-    _settle(result)
 
 
 def drop_repeated_findings(results: list[ProbeResult]) -> None:
@@ -98,4 +93,3 @@ def drop_repeated_findings(results: list[ProbeResult]) -> None:
             for check in result.checks:
                 if moved & set(check.codes):
                     check.summary += " (the finding is in another section of this report)"
-            _settle(result)

@@ -60,12 +60,13 @@ class Judge:
         self._check("graph breaks", "warn" if total else "pass", f"{total} graph breaks {during}", "graph-break")
 
     def result(self) -> ProbeResult:
-        status = "fail" if any(f.severity == "error" for f in self.findings) else "pass"
-        return ProbeResult(
+        """The section, settled as the report settles it (`ProbeResult.settle`)."""
+        result = ProbeResult(
             probe=self.probe,
-            status=status,
             findings=self.findings,
             measurements=self.measurements,
             checks=self.checks,
             comparisons=self.comparisons,
         )
+        result.settle()
+        return result
