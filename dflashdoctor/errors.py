@@ -1,4 +1,5 @@
-"""Doctor-side errors with a meaning for the exit code."""
+"""Errors with a meaning for the exit code, on both sides: a probe sends them to the doctor in its
+document, and the doctor raises them again. Standard library only (the probed side imports it)."""
 
 
 class BadInput(Exception):
@@ -6,7 +7,8 @@ class BadInput(Exception):
 
 
 class MissingPackage(BadInput):
-    """The probed interpreter lacks a package the probe needs (`package`)."""
+    """The probed interpreter lacks a package the probe needs (`package`). Asked for directly, that is
+    bad input; in the gate, it means the probe does not apply there (no triton: no autotuner to race)."""
 
     def __init__(self, package: str, message: str) -> None:
         super().__init__(message)

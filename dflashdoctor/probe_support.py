@@ -20,18 +20,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-
-class UsageError(Exception):
-    """Bad input found on the probed side (no such module, impossible shape, no CUDA, ...)."""
+from dflashdoctor.errors import BadInput, MissingPackage
 
 
-class MissingPackage(UsageError):
-    """The probe needs a package the probed interpreter lacks. Asked for directly, that is bad input;
-    in the gate, it means the probe does not apply there (no triton: no autotuner to race)."""
-
-    def __init__(self, package: str, message: str) -> None:
-        super().__init__(message)
-        self.package = package
+class UsageError(BadInput):
+    """Bad input found on the probed side (no such module, impossible shape, no CUDA, ...): sent to
+    the doctor in the probe's document, and bad input there too."""
 
 
 PROBE_PACKAGES = ("torch", "triton", "transformers", "fla")  # what probes import themselves
@@ -89,7 +83,7 @@ def probe_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
             payload = run(config)
         except ModuleNotFoundError as exc:
             raise missing_package(exc, sys.executable) or exc from None
-    except UsageError as exc:
+    except BadInput as exc:  # a UsageError, or a MissingPackage
         payload = {"usage_error": str(exc)}
         if isinstance(exc, MissingPackage):
             payload["missing_package"] = exc.package

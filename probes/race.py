@@ -25,7 +25,8 @@ from dflashdoctor.autotune.kernel_runs import kernel_trials
 from dflashdoctor.autotune.processes import run_processes
 from dflashdoctor.autotune.stub_kernel import autotuned_add, launch
 from dflashdoctor.autotune.trials import run_trial
-from dflashdoctor.probe_support import MissingPackage, UsageError, probe_main
+from dflashdoctor.errors import MissingPackage
+from dflashdoctor.probe_support import UsageError, probe_main
 from dflashdoctor.reference import target_pairs
 from dflashdoctor.targets import resolve
 

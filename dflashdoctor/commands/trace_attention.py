@@ -11,7 +11,6 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.trace_attention import judge
 from dflashdoctor.limits import MAX_STEPS, count_problem
 from dflashdoctor.models import SCALES, config_source
-from dflashdoctor.probe_support import UsageError
 from dflashdoctor.reference import DRAFTER_FAULTS
 from dflashdoctor.report import Report
 from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
@@ -55,10 +54,7 @@ def validate(options: TraceAttentionOptions) -> None:
     if options.expect_wrapper is not None and ":" not in options.expect_wrapper:
         raise BadInput(f"--expect-wrapper {options.expect_wrapper!r} is not of the form module:attr or file.py:attr")
     if options.model is not None:
-        try:
-            config_source(options.model)
-        except UsageError as exc:
-            raise BadInput(str(exc)) from exc
+        config_source(options.model)  # a spec that names no preset or readable config is bad input
 
 
 def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
