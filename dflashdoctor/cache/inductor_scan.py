@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dflashdoctor.cache.files import by_suffix
 from dflashdoctor.cache.model import Problem, ProblemKind, RootScan, read_failure
-from dflashdoctor.cache.processes import pid_alive
+from dflashdoctor.processes import pid_alive
 
 TMP_FILE = re.compile(r"^\.(\d+)\.(\d+)\.tmp$")
 _ENTRY_TREES = ("fxgraph", "aotautograd")  # one folder per cache entry, files inside pickled

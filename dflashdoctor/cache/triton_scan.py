@@ -21,7 +21,7 @@ from typing import Any
 
 from dflashdoctor.cache.files import by_suffix, load_json
 from dflashdoctor.cache.model import Problem, RootScan, read_failure
-from dflashdoctor.cache.processes import pid_alive
+from dflashdoctor.processes import pid_alive
 
 KEY_FOLDER = re.compile(r"^[A-Z2-7]{52}$")
 TMP_FOLDER = re.compile(r"^tmp\.pid_(\d+)_")

@@ -1,4 +1,5 @@
-"""Whether a process that left a temporary file behind still runs (and so may still be writing it)."""
+"""Whether a process still runs: one that left a temporary file in a cache (and so may still be
+writing it), or one of a run's processes."""
 
 from __future__ import annotations
 
