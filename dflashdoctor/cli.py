@@ -108,7 +108,7 @@ def root(
 @app.command("check-compile")
 def check_compile_command(
     target: Annotated[str, typer.Argument(help="package.module:attr or path/to/file.py:attr")] = DEFAULT_TARGET,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = CheckCompileOptions.device,
     batch: Annotated[int | None, typer.Option(help="Batch size [1]")] = None,
     heads: Annotated[int | None, typer.Option(help="Query heads [cuda 32, cpu 8]")] = None,
     kv_heads: Annotated[int | None, typer.Option(help="Key/value heads [cuda 8, cpu 2]")] = None,
@@ -118,12 +118,16 @@ def check_compile_command(
     dtype: Annotated[
         str | None, typer.Option(help="bfloat16, float16, float32 or float64 [cuda bfloat16, cpu float32]")
     ] = None,
-    mask: Annotated[str, typer.Option(help="dflash, causal or none")] = "dflash",
-    vary: Annotated[int, typer.Option(help="Also call with this many growing context lengths.")] = 10,
-    max_recompiles: Annotated[int, typer.Option(help="Recompiles allowed before a warning.")] = 2,
+    mask: Annotated[str, typer.Option(help="dflash, causal or none")] = CheckCompileOptions.mask,
+    vary: Annotated[
+        int, typer.Option(help="Also call with this many growing context lengths.")
+    ] = CheckCompileOptions.vary,
+    max_recompiles: Annotated[
+        int, typer.Option(help="Recompiles allowed before a warning.")
+    ] = CheckCompileOptions.max_recompiles,
     python: PythonOpt = None,
     ssh: SshOpt = None,
-    timeout: TimeoutOpt = 900.0,
+    timeout: TimeoutOpt = CheckCompileOptions.timeout_s,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
@@ -161,8 +165,10 @@ def trace_attention_command(
     drafter_fault: Annotated[
         str | None, typer.Option(help="Plant a fault in the drafter: hf-flex-path or eager-wrapper")
     ] = None,
-    scale: Annotated[str, typer.Option(help="tiny, full, or auto (tiny on CPU, full on CUDA)")] = "auto",
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    scale: Annotated[
+        str, typer.Option(help="tiny, full, or auto (tiny on CPU, full on CUDA)")
+    ] = TraceAttentionOptions.scale,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = TraceAttentionOptions.device,
     backward: Annotated[
         bool | None,
         typer.Option(
@@ -170,13 +176,13 @@ def trace_attention_command(
             help="Also run backward [the drafter and most models: yes; a frozen target such as qwen27b: no].",
         ),
     ] = None,
-    steps: Annotated[int, typer.Option(help="Training steps to trace.")] = 1,
+    steps: Annotated[int, typer.Option(help="Training steps to trace.")] = TraceAttentionOptions.steps,
     seq_len: Annotated[
         int, typer.Option(help="Tokens per step; the drafter drafts a quarter as many (128 or more) over them.")
-    ] = 256,
+    ] = TraceAttentionOptions.seq_len,
     python: PythonOpt = None,
     ssh: SshOpt = None,
-    timeout: TimeoutOpt = 900.0,
+    timeout: TimeoutOpt = TraceAttentionOptions.timeout_s,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
@@ -204,25 +210,31 @@ def trace_attention_command(
 
 @app.command("race")
 def race_command(
-    threads: Annotated[int, typer.Option(help="Threads sharing one autotuner.")] = 2,
+    threads: Annotated[int, typer.Option(help="Threads sharing one autotuner.")] = RaceOptions.threads,
     kernel: Annotated[
         str,
         typer.Option(
             help="stub (a real triton autotuner, interpreted, no GPU), fla (FLA's gated delta rule), reference "
             "(the reference target's forwards), or a TARGET fn(worker, device)."
         ),
-    ] = "stub",
-    trials: Annotated[int, typer.Option(help="Unforced trials after the forced one, for a failure rate.")] = 5,
-    fix: Annotated[str, typer.Option(help="none, lock (per-instance lock on Autotuner.run) or sequential.")] = "none",
-    seed: Annotated[int, typer.Option(help="Seeds the inputs and the natural trials' jitter.")] = 0,
-    processes: Annotated[int, typer.Option(help="Also run one process per worker over gloo (0: off).")] = 0,
+    ] = RaceOptions.kernel,
+    trials: Annotated[
+        int, typer.Option(help="Unforced trials after the forced one, for a failure rate.")
+    ] = RaceOptions.trials,
+    fix: Annotated[
+        str, typer.Option(help="none, lock (per-instance lock on Autotuner.run) or sequential.")
+    ] = RaceOptions.fix,
+    seed: Annotated[int, typer.Option(help="Seeds the inputs and the natural trials' jitter.")] = RaceOptions.seed,
+    processes: Annotated[
+        int, typer.Option(help="Also run one process per worker over gloo (0: off).")
+    ] = RaceOptions.processes,
     triton_binaries: Annotated[
         Path | None,
         typer.Option(help="Keep real kernels' compiled binaries here across runs (tuning stays cold regardless)."),
     ] = None,
     python: PythonOpt = None,
     ssh: SshOpt = None,
-    timeout: TimeoutOpt = 600.0,
+    timeout: TimeoutOpt = RaceOptions.timeout_s,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
@@ -258,7 +270,7 @@ def run_command(
             help="Seconds without progress in any process before the stacks are taken "
             "and the run is stopped; 0 turns the watchdog off.",
         ),
-    ] = 600.0,
+    ] = RunOptions.hang_timeout_s,
     steps: Annotated[int | None, typer.Option(help="Stop each process after this many optimizer steps.")] = None,
     memory_snapshot: Annotated[
         bool, typer.Option(help="Record CUDA allocations; on out-of-memory, dump a snapshot for PyTorch's viewer.")

@@ -18,6 +18,8 @@ from dflashdoctor.remote import SshTarget
 from dflashdoctor.report import ProbeResult, Report
 from dflashdoctor.runner import ProbeRun, resolve_python, run_probe
 
+PROBE_TIMEOUT_S = 900.0  # a probe that runs longer is stopped, its stacks taken (check-compile, trace-attention)
+
 # What every probe says about the interpreter it ran in (the doctor's own Python may differ).
 _PROBED_ENVIRONMENT = ("python", "torch", "transformers", "device", "device_name")
 

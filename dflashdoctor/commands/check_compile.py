@@ -11,7 +11,7 @@ from dflashdoctor.judges.check_compile import Budgets, judge
 from dflashdoctor.limits import MAX_VARY, count_problem
 from dflashdoctor.reference import DEFAULT_TARGET
 from dflashdoctor.report import Report
-from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
+from dflashdoctor.session import PROBE_TIMEOUT_S, finish, new_report, probe_into_report, probe_python
 from dflashdoctor.shapes import DEVICES, DTYPES, MASKS, AttentionShape, shape_problem, shape_with
 
 
@@ -22,10 +22,10 @@ class CheckCompileOptions:
     shape: dict[str, Any] = field(default_factory=dict)  # AttentionShape fields; None = device default
     mask: str = "dflash"
     vary: int = 10
-    max_recompiles: int = 2
+    max_recompiles: int = Budgets.max_recompiles
     python: str | None = None
     ssh: str | None = None  # [user@]host[:port]: the probed side runs there
-    timeout_s: float = 900.0
+    timeout_s: float = PROBE_TIMEOUT_S
 
 
 def validate(options: CheckCompileOptions) -> None:

@@ -13,7 +13,7 @@ from dflashdoctor.limits import MAX_STEPS, count_problem
 from dflashdoctor.models import SCALES, config_source
 from dflashdoctor.reference import DRAFTER_FAULTS
 from dflashdoctor.report import Report
-from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
+from dflashdoctor.session import PROBE_TIMEOUT_S, finish, new_report, probe_into_report, probe_python
 from dflashdoctor.shapes import DEVICES
 
 DEFAULT_MODEL = "qwen27b"
@@ -34,7 +34,7 @@ class TraceAttentionOptions:
     seq_len: int = 256
     python: str | None = None
     ssh: str | None = None  # [user@]host[:port]: the probed side runs there
-    timeout_s: float = 900.0
+    timeout_s: float = PROBE_TIMEOUT_S
 
 
 def validate(options: TraceAttentionOptions) -> None:

@@ -9,9 +9,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.commands.check_compile import CheckCompileOptions
 from dflashdoctor.errors import BadInput
 from dflashdoctor.limits import MAX_VARY, count_problem, seconds_problem
 from dflashdoctor.reference import DEFAULT_TARGET
+from dflashdoctor.session import PROBE_TIMEOUT_S
 from dflashdoctor.shapes import DEVICES, DTYPES, MASKS
 
 PROBES = ("env", "check-compile", "trace-attention", "race", "cache")
@@ -21,21 +23,21 @@ SHAPE_KEYS = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtyp
 @dataclass
 class GateConfig:
     target: str = DEFAULT_TARGET  # the flex_attention wrapper check-compile judges
-    device: str = "auto"
+    device: str = CheckCompileOptions.device
     shape: dict[str, Any] = field(default_factory=dict)  # check-compile's shape; unset keys: the device's default
-    mask: str = "dflash"  # check-compile's mask: dflash, causal or none
-    vary: int = 10  # check-compile: this many more context lengths
+    mask: str = CheckCompileOptions.mask  # check-compile's mask: dflash, causal or none
+    vary: int = CheckCompileOptions.vary  # check-compile: this many more context lengths
     model: str | None = None  # a trace-attention model preset; None traces the reference drafter step
     expect_wrapper: str | None = None  # trace-attention: every flex call must go through this
     probes: list[str] = field(default_factory=lambda: list(PROBES))
-    max_recompiles: int = 2
+    max_recompiles: int = CheckCompileOptions.max_recompiles
     max_graph_breaks: int = 0
     require_fused_backward: bool = True
     max_compile_seconds: float | None = None
     threaded_autotuners: bool = False  # the pipeline runs autotuned kernels from several threads at once
     triton_dir: str | None = None
     inductor_dir: str | None = None
-    timeout: float = 900.0
+    timeout: float = PROBE_TIMEOUT_S
     parallel: bool = True  # run the probes at once; false for timings on an otherwise idle machine
 
     def validate(self) -> None:
