@@ -18,6 +18,7 @@ from dflashdoctor.commands.env import EnvOptions, env
 from dflashdoctor.commands.gate import GateOptions, gate
 from dflashdoctor.commands.race import RaceOptions, race
 from dflashdoctor.commands.run import RunOptions, run
+from dflashdoctor.commands.show import show
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
 from dflashdoctor.errors import BadInput
 from dflashdoctor.limits import seconds_problem
@@ -348,6 +349,20 @@ def env_command(
     """Versions, GPUs, cache roots, the TORCH*/TRITON*/FLA*/CUDA*/NCCL* knobs set, and known hazards."""
     report = env(EnvOptions(python=python, ssh=ssh), _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+
+
+@app.command("show")
+def show_command(
+    report: Annotated[Path, typer.Argument(help="A report.json that dflashdoctor wrote.")],
+    format_name: Annotated[
+        str, typer.Option("--format", help="terminal, json, md, html, sarif or junit.")
+    ] = "terminal",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Render a saved report again, in any format, on stdout; runs nothing. Exit 0 once rendered (the
+    report's own verdict is in what it prints), 2 for a file that is no report."""
+    sys.stdout.write(show(report, format_name, verbose=verbose))
+    raise typer.Exit(0)
 
 
 cache_app = typer.Typer(

@@ -1,7 +1,12 @@
-"""Renderers: each turns one Report into one format and knows nothing of how it was collected."""
+"""Renderers: each turns one Report into one format and knows nothing of how it was collected.
+
+`FORMATS` is the registry of the text formats (the terminal's is rich output, in terminal.py);
+`FILES` names the file each one is written to in a report folder.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from dflashdoctor.render.html import render_html
@@ -10,18 +15,24 @@ from dflashdoctor.render.markdown import render_markdown
 from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.report import Report
 
-FILES = {
-    "report.json": lambda report: report.to_json(),
-    "report.html": render_html,
-    "report.md": render_markdown,
-    "junit.xml": render_junit,
-    "report.sarif": render_sarif,
+
+def render_json(report: Report) -> str:
+    return report.to_json()
+
+
+FORMATS: dict[str, Callable[[Report], str]] = {
+    "json": render_json,
+    "html": render_html,
+    "md": render_markdown,
+    "junit": render_junit,
+    "sarif": render_sarif,
 }
+FILES = {"report.json": "json", "report.html": "html", "report.md": "md", "junit.xml": "junit", "report.sarif": "sarif"}
 
 
 def write_report_dir(report: Report, directory: Path) -> Path:
     """Write every file format into `directory` (created if needed); returns the directory."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, render in FILES.items():
-        (directory / name).write_text(render(report), encoding="utf-8")
+    for name, format_name in FILES.items():
+        (directory / name).write_text(FORMATS[format_name](report), encoding="utf-8")
     return directory

@@ -1,0 +1,63 @@
+"""`show`: a saved report.json rendered again, in any format, without running anything (pyinstrument's
+`--load` is the model): the report a CI job kept, read on a laptop; a JUnit or SARIF file made later
+from an old run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dflashdoctor.errors import BadInput
+from dflashdoctor.report import SCHEMA, Report
+
+_MOST_BYTES = 256 * 2**20  # a report is kilobytes; a run's with many processes, a few megabytes
+
+
+def load_report(path: Path) -> Report:
+    """The report saved at `path`; anything else is bad input, said in one line."""
+    try:
+        if path.stat().st_size > _MOST_BYTES:
+            raise BadInput(f"{path} is over {_MOST_BYTES // 2**20} MiB: not a report dflashdoctor wrote")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"no such report: {path}") from None
+    except IsADirectoryError:
+        raise BadInput(f"{path} is a folder: give its report.json") from None
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path} is not UTF-8 text: not a report dflashdoctor wrote") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path} is not JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise BadInput(f"{path} is not a dflashdoctor report (its schema is not {SCHEMA})")
+    try:
+        return Report.from_dict(data)
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise BadInput(f"{path} is a damaged {SCHEMA} document: {type(exc).__name__}: {exc}") from None
+
+
+def show(path: Path, format_name: str, *, verbose: bool) -> str:
+    """The report at `path` in `format_name` ("terminal" or one of render.FORMATS), ready to print. A
+    document that loads but cannot be rendered (a field of the wrong type) is damaged: bad input."""
+    from rich.console import Console
+
+    from dflashdoctor.render import FORMATS
+    from dflashdoctor.render.terminal import render_terminal
+    from dflashdoctor.render.text import encodable_report
+
+    if format_name != "terminal" and format_name not in FORMATS:
+        raise BadInput(f"unknown format {format_name!r}; expected terminal or one of {', '.join(FORMATS)}")
+    report = load_report(path)
+    try:
+        report = encodable_report(report)
+        if format_name != "terminal":
+            return FORMATS[format_name](report)
+        console = Console()
+        with console.capture() as captured:
+            render_terminal(report, console, verbose=verbose)
+        return captured.get()
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
+        raise BadInput(f"{path} is a damaged {SCHEMA} document: {type(exc).__name__}: {exc}") from None

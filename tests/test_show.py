@@ -1,0 +1,125 @@
+"""`show` renders a saved report.json again: the committed H200 reports come back as they were
+written, a fresh report's every file is reproduced, and anything that is not a report is one line of
+bad input, whatever its bytes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dflashdoctor.commands.show import show
+from dflashdoctor.errors import BadInput
+from dflashdoctor.render import FILES
+from dflashdoctor.report import SCHEMA
+from tests import cache_tree
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "reports" / "examples").glob("*/report.json"))
+# Markdown written before `<` was escaped, and SARIF's base URI (the folder it is rendered in), differ
+# from a rendering made now; the other files come back byte for byte.
+REPRODUCED = ("report.json", "report.html", "junit.xml")
+
+
+def _show(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dflashdoctor", "show", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.parent.name for p in EXAMPLES])
+def test_the_committed_gpu_reports_render_again_as_written(path):
+    for name in REPRODUCED:
+        if (path.parent / name).exists():
+            assert show(path, FILES[name], verbose=False) == (path.parent / name).read_text(encoding="utf-8"), name
+
+
+def test_every_file_of_a_fresh_report_is_reproduced(cli, tmp_path):
+    cache_tree.healthy_tree(tmp_path / "triton", 2)
+    run = cli("cache", "check", "--triton-dir", str(tmp_path / "triton"))
+    assert run.code == 0, run.stdout + run.stderr
+    saved = run.report_dir / "report.json"
+    for name, format_name in FILES.items():
+        shown = _show(str(saved), "--format", format_name, cwd=tmp_path)  # rendered where it was made
+        assert shown.returncode == 0 and shown.stdout == (run.report_dir / name).read_text(), name
+    terminal = _show(str(saved), cwd=tmp_path)
+    assert terminal.returncode == 0 and "PASS: 0 errors" in terminal.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such report"),
+        (b"\xff\xfe{}", "is not UTF-8 text"),
+        (b"[1, 2", "is not JSON"),
+        (b'{"schema": "other/1"}', "is not a dflashdoctor report"),
+        (b'{"schema": "%s", "results": [{"probe": "p", "findings": [{"code": 1}]}]}' % SCHEMA.encode(), "damaged"),
+    ],
+)
+def test_anything_but_a_report_is_one_line_and_exit_2(tmp_path, content, message):
+    path = tmp_path / "report.json"
+    if content is not None:
+        path.write_bytes(content)
+    shown = _show(str(path), cwd=tmp_path)
+    assert shown.returncode == 2 and shown.stdout == ""
+    assert shown.stderr.startswith("dflashdoctor: ") and message in shown.stderr and shown.stderr.count("\n") == 1
+    unknown = _show(str(EXAMPLES[0]), "--format", "pdf", cwd=tmp_path)
+    assert unknown.returncode == 2 and "unknown format 'pdf'" in unknown.stderr
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=12,
+)
+
+
+def _shaped(*keys: str) -> st.SearchStrategy[dict]:
+    """A dict with the keys a report's part has, each holding any JSON value (often of the wrong type)."""
+    return st.fixed_dictionaries({}, optional={key: json_values for key in keys})
+
+
+finding_dicts = _shaped("code", "severity", "title", "detail", "where", "evidence", "fix")
+check_dicts = _shaped("name", "status", "summary", "codes")
+result_dicts = st.fixed_dictionaries(
+    {"probe": json_values},
+    optional={
+        "status": json_values,
+        "duration_s": json_values,
+        "findings": st.lists(finding_dicts, max_size=2),
+        "checks": st.lists(check_dicts, max_size=2),
+        "measurements": json_values,
+        "comparisons": json_values,
+    },
+)
+report_fields = st.fixed_dictionaries(
+    {"schema": st.just(SCHEMA)},
+    optional={
+        **{key: json_values for key in ("command", "argv", "started", "duration_s", "verdict", "environment", "extra")},
+        "results": st.one_of(json_values, st.lists(result_dicts, max_size=2)),
+    },
+)
+
+
+FUZZ = settings(
+    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@FUZZ
+@given(data=report_fields, format_name=st.sampled_from(["terminal", *FILES.values()]))
+def test_a_document_under_the_schema_renders_or_is_bad_input(tmp_path, data, format_name):
+    """Whatever the fields hold, `show` prints the report or refuses it as bad input: never another
+    exception (which the CLI would turn into an internal error, exit 3)."""
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(data))
+    try:
+        shown = show(path, format_name, verbose=True)
+    except BadInput as exc:  # one line that names the file
+        assert str(exc).startswith(str(path)) and "\n" not in str(exc)
+    else:
+        assert isinstance(shown, str)
