@@ -2,6 +2,8 @@
 
 Tests, CI and users key on these ids, so a code is never renamed; `finding()` takes the severity
 from here so that no probe or judge can raise a code at a severity other than the documented one.
+docs/codes.md is written from this table (`python3 -m dflashdoctor.codes > docs/codes.md`; a test
+keeps the two equal).
 """
 
 from __future__ import annotations
@@ -57,10 +59,14 @@ CODES: dict[str, tuple[Severity, str]] = {
     "cache-not-writable": ("error", "the cache root cannot be written by this user"),
     "cache-quarantined": ("info", "`cache fix` moved broken entries into a quarantine, with a manifest"),
     "cache-restored": ("info", "`cache restore` put a quarantine's entries back"),
-    "cache-restore-incomplete": ("error", "after `cache restore` a moved entry is still out of place, or changed"),
+    "cache-restore-incomplete": (
+        "error",
+        "after `cache restore` a moved entry is still out of place, or came back changed",
+    ),
     "cache-quarantine-refused": (
         "error",
-        "a quarantine or manifest not the user's own, writable by others, or naming paths outside: nothing moved",
+        "a quarantine or manifest not the user's own, writable by others, or naming paths outside its root and "
+        "quarantine: nothing of it moved",
     ),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
     "child-failed": ("error", "the command under `run` exited non-zero or died by a signal"),
@@ -90,3 +96,20 @@ def finding(
         fix=fix,
         refs=refs or [],
     )
+
+
+def codes_markdown() -> str:
+    """docs/codes.md: the table above, for readers."""
+    rows = "".join(f"| `{code}` | {severity} | {meaning} |\n" for code, (severity, meaning) in CODES.items())
+    return (
+        "# Finding codes\n\n"
+        "Stable ids: tests, CI and users key on them, and none is ever renamed. A finding's severity is\n"
+        "always the one below; `error` findings fail a report (exit 1), and `probe-crashed` and\n"
+        "`run-interrupted` make it exit 3. Written from `dflashdoctor/codes.py` by\n"
+        "`python3 -m dflashdoctor.codes > docs/codes.md`.\n\n"
+        "| code | severity | meaning |\n|---|---|---|\n" + rows
+    )
+
+
+if __name__ == "__main__":
+    print(codes_markdown(), end="")

@@ -1,7 +1,7 @@
 """Model presets for trace-attention: HF config classes filled in, at full or tiny scale.
 
 Probed side: standard library here, transformers imported only when a config is built. `full` is
-the real architecture (FACTS.md for the Qwen3.5/3.6-27B target and its DFlash drafter); `tiny`
+the real architecture (the Qwen3.5/3.6-27B target's config, and its DFlash drafter's); `tiny`
 keeps the structure (layer pattern, head ratios, GQA, head dims where affordable) and shrinks
 widths and depth so that a CPU forward takes seconds. Weights are always random: nothing is
 downloaded.

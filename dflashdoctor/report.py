@@ -1,7 +1,7 @@
 """The report model: one serialisable session object that every renderer draws from.
 
-Standard library only, because the probed side builds parts of it too. The schema is DESIGN.md's
-contract; two additions are optional lists on ProbeResult: `checks` (one line per question the
+Standard library only, because the probed side builds parts of it too. The schema is
+`dflashdoctor.report/1`; two parts are optional lists on ProbeResult: `checks` (one line per question the
 probe answered, which the terminal view lists first) and `comparisons` (numbers people compare,
 which the HTML view draws as bar charts). A report written by an older version reads back with
 both empty.

@@ -34,7 +34,7 @@ class AttentionShape:
         )
 
 
-# The measured DFlash shape (FACTS.md): 128 anchors of 16 draft tokens over 8192 context tokens.
+# The measured DFlash shape: 128 anchors of 16 draft tokens over 8192 context tokens.
 CUDA_DEFAULT = AttentionShape(1, 32, 8, 2048, 10240, 128, "bfloat16")
 # The same structure (GQA 4:1, kv = 5 x q, blocks of 16) scaled so a CPU probe takes seconds.
 CPU_DEFAULT = AttentionShape(1, 8, 2, 256, 1280, 64, "float32")

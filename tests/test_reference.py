@@ -1,4 +1,4 @@
-"""The reference setup: the DFlash mask means what FACTS.md says, and targets are described right."""
+"""The reference setup: the DFlash mask sees what the DFlash layout says, and targets are described right."""
 
 from __future__ import annotations
 

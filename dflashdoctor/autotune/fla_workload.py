@@ -1,7 +1,7 @@
 """`--kernel fla`: FLA's gated delta rule forward, the call that crashed in the original DFlash run.
 
 `chunk_gated_delta_rule` (fla-core 0.6.0 signature, `[B, T, H, K]` layout) runs six autotuned
-kernels, all module globals shared by every thread. The shape is the one measured in FACTS.md:
+kernels, all module globals shared by every thread. The shape is that of the measured crash:
 B=1, T=2048, H=16, K=V=128, bf16. The call convention is the one every race TARGET follows:
 `fn(worker, device) -> tensor`.
 """

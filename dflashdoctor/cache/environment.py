@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-# Filesystems where triton's rename-based writes are not safe across clients, or slow (FACTS.md:
-# EBUSY / FileNotFoundError seen on NFS).
+# Filesystems where triton's rename-based writes are not safe across clients, or slow (EBUSY and
+# FileNotFoundError have been seen on NFS).
 NETWORK_FILESYSTEMS = {
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs", "9p",
     "afs", "fuse.sshfs", "fuse.gcsfuse", "fuse.s3fs", "fuse.juicefs", "fuse.glusterfs", "fuse.ceph", "wekafs",

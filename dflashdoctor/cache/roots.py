@@ -1,4 +1,4 @@
-"""Where the caches are, resolved as triton and torch resolve them (FACTS.md, read from their sources).
+"""Where the caches are, resolved as triton and torch resolve them (read from their sources).
 
 - Triton: `TRITON_CACHE_DIR`, else `$TRITON_HOME/.triton/cache` (TRITON_HOME defaults to `~`).
 - Inductor: `TORCHINDUCTOR_CACHE_DIR` (made absolute), else `<tempdir>/torchinductor_<user>`.

@@ -1,6 +1,6 @@
 """Attention masks of the reference setup, one mask function per builder.
 
-The DFlash training layout (FACTS.md): KV = [context (S tokens) | block 0 | ... | block N-1] and
+The DFlash training layout: KV = [context (S tokens) | block 0 | ... | block N-1] and
 Q = [block 0 | ... | block N-1]. A query in draft block i sees the context before block i's anchor
 and all of block i, nothing else. The mask reads only tensors captured in its closure, never a
 changing Python number: dynamo guards on Python numbers, and a new value per call would recompile

@@ -3,7 +3,7 @@
 In the original run each data-parallel pair (one GPU each) ran its target's forward from a thread
 pool. The target's gated DeltaNet layers call FLA's autotuned Triton kernels, which are module
 globals shared by every thread and device, so the first cold forward of two pairs at once crashed
-the autotuner (FACTS.md). The fault switch is how the pairs' target forwards run:
+the autotuner. The fault switch is how the pairs' target forwards run:
 
 - `concurrent` (the fault): at once, one thread per pair;
 - `sequential` (the fix): one after another.
@@ -26,7 +26,7 @@ from dflashdoctor.fla_guards import fla_kept_out, fla_state
 
 TARGET_FORWARDS = ("concurrent", "sequential")
 TARGET_SPEC = "dflashdoctor.reference.target_pairs:target_forward"
-TOKENS = 2048  # the sequence length of the measured crash (FACTS.md)
+TOKENS = 2048  # the sequence length of the measured crash
 
 # The 27B target's structure (three gated DeltaNet layers, then full attention) at a width one GPU
 # builds in a moment; linear-attention head dims stay at the real 128, the shape FLA's kernels tune for.
