@@ -5,6 +5,7 @@ bad input, whatever its bytes."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,10 @@ def test_anything_but_a_report_is_one_line_and_exit_2(tmp_path, content, message
     shown = _show(str(path), cwd=tmp_path)
     assert shown.returncode == 2 and shown.stdout == ""
     assert shown.stderr.startswith("dflashdoctor: ") and message in shown.stderr and shown.stderr.count("\n") == 1
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # reading it would block for ever
+    assert "is not a regular file" in _show(str(fifo), cwd=tmp_path).stderr
+    assert "is a folder" in _show(str(tmp_path), cwd=tmp_path).stderr
     unknown = _show(str(EXAMPLES[0]), "--format", "pdf", cwd=tmp_path)
     assert unknown.returncode == 2 and "unknown format 'pdf'" in unknown.stderr
 

@@ -5,6 +5,7 @@ from an old run."""
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 from dflashdoctor.errors import BadInput
@@ -16,13 +17,16 @@ _MOST_BYTES = 256 * 2**20  # a report is kilobytes; a run's with many processes,
 def load_report(path: Path) -> Report:
     """The report saved at `path`; anything else is bad input, said in one line."""
     try:
-        if path.stat().st_size > _MOST_BYTES:
+        found = path.stat()
+        if stat.S_ISDIR(found.st_mode):
+            raise BadInput(f"{path} is a folder: give its report.json")
+        if not stat.S_ISREG(found.st_mode):  # a FIFO or a device would block the read, or never end
+            raise BadInput(f"{path} is not a regular file: not a report dflashdoctor wrote")
+        if found.st_size > _MOST_BYTES:
             raise BadInput(f"{path} is over {_MOST_BYTES // 2**20} MiB: not a report dflashdoctor wrote")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BadInput(f"no such report: {path}") from None
-    except IsADirectoryError:
-        raise BadInput(f"{path} is a folder: give its report.json") from None
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
