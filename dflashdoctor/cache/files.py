@@ -1,7 +1,7 @@
 """Checks of one cache file by what it claims to be. Each returns the problem in words, or None.
 
 Nothing is imported, executed or unpickled: JSON is parsed, Python source is `compile()`d, binaries
-are read to their headers. What no check can see is in the README (triton stores no checksums).
+are read to their headers. What no check can see is in docs/commands/cache.md (triton stores no checksums).
 Paths are plain strings: on Python 3.11 pathlib interns every part it parses, so a Path per cache
 entry would grow memory with the number of entries.
 """

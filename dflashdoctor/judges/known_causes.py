@@ -1,6 +1,6 @@
 """Exceptions whose message, and where it was raised, name a known cause in compiled, threaded
 training: what each means and what fixes it, so an `uncaught-exception` says more than "read the
-traceback". Each was seen in this project's runs (README, Known hazards)."""
+traceback". Each was seen in this project's runs (docs/known-hazards.md)."""
 
 from __future__ import annotations
 
