@@ -25,6 +25,7 @@ from dflashdoctor.limits import seconds_problem
 from dflashdoctor.models import preset_names
 from dflashdoctor.output import destination_problem, emit, new_report_dir
 from dflashdoctor.reference import DEFAULT_TARGET
+from dflashdoctor.render.text import encodable, without_controls
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
 
 app = typer.Typer(
@@ -451,6 +452,12 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
     raise _Terminated
 
 
+def _one_line(message: str) -> str:
+    """A message as one line a terminal shows as text: it may quote the user's input (a file name, a
+    key of a document), which can hold newlines, escape sequences or undecodable bytes."""
+    return encodable(without_controls(message)).replace("\n", "\\n")
+
+
 def main() -> None:
     """Console entry: bad input is one line and exit 2; an internal error is one line and exit 3;
     interrupted outside a `run` (no report), 130 for Ctrl-C and 143 for SIGTERM."""
@@ -458,7 +465,7 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except BadInput as exc:
-        print(f"dflashdoctor: {exc}", file=sys.stderr)
+        print(f"dflashdoctor: {_one_line(str(exc))}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except _CLICK_ERROR as exc:  # unknown option, missing value, bad number, ...
         print(f"dflashdoctor: {exc.format_message()}", file=sys.stderr)
@@ -470,6 +477,6 @@ def main() -> None:
         print("dflashdoctor: interrupted", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
     except Exception as exc:
-        print(f"dflashdoctor: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"dflashdoctor: internal error: {_one_line(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
         sys.exit(EXIT_CRASH)
     sys.exit(code if isinstance(code, int) else 0)

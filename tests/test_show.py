@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dflashdoctor import cli
 from dflashdoctor.commands.show import show
 from dflashdoctor.errors import BadInput
 from dflashdoctor.render import FILES
@@ -124,7 +125,25 @@ def test_a_document_under_the_schema_renders_or_is_bad_input(tmp_path, data, for
     path.write_text(json.dumps(data))
     try:
         shown = show(path, format_name, verbose=True)
-    except BadInput as exc:  # one line that names the file
-        assert str(exc).startswith(str(path)) and "\n" not in str(exc)
+    except BadInput as exc:  # names the file; the CLI prints it as one line (below)
+        assert str(exc).startswith(str(path))
     else:
         assert isinstance(shown, str)
+
+
+@FUZZ
+@given(message=st.text())
+def test_bad_input_is_printed_as_one_line_whatever_it_quotes(message):
+    """A message may quote a document's keys or a file's name: newlines, escape sequences, lone
+    surrogates. The CLI prints it as one line of text."""
+    line = cli._one_line(message)
+    assert "\n" not in line and not any((ord(c) < 32 and c != "\t") or 127 <= ord(c) < 160 for c in line)
+    line.encode("utf-8")
+
+
+def test_a_key_with_a_newline_and_an_escape_sequence_stays_one_line(tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"schema": SCHEMA, "results": [{"probe": "p", "\n\x1b[31m": 1}]}))
+    shown = _show(str(path), cwd=tmp_path)
+    assert shown.returncode == 2 and shown.stderr.count("\n") == 1 and "\x1b" not in shown.stderr
+    assert "unexpected keyword argument '\\n\\x1b[31m'" in shown.stderr
