@@ -83,6 +83,17 @@ def _gpu_name() -> str | None:
         return None
 
 
+def _runs_on(platform: str, device: str) -> bool:
+    """FLA's kernels run on a GPU triton supports, and only for a model on it."""
+    return platform in GPU_PLATFORMS and device != "cpu"
+
+
+def fla_unusable_on(device: str) -> bool:
+    """FLA is installed but its kernels cannot run for a model on `device` (a torch device type):
+    the cheap question, without reading FLA's guards."""
+    return fla_folder() is not None and not _runs_on(fla_flags()[0], device)
+
+
 def fla_state(device: str | None = None) -> dict[str, Any] | None:
     """FLA as a run on `device` meets it: its version, platform, whether its kernels can run (a GPU
     platform, and the run not on the CPU) and every guard of its own, evaluated here. `device` None:
@@ -98,17 +109,20 @@ def fla_state(device: str | None = None) -> dict[str, Any] | None:
         "gpu": _gpu_name() if on_gpu else None,
         "platform": platform,
         "device": device,
-        "usable": on_gpu and device != "cpu",
+        "usable": _runs_on(platform, device),
         "guards": [guard.to_dict() for guard in fla_guards(flags)],
     }
 
 
 @contextmanager
-def fla_kept_out() -> Iterator[None]:
-    """Keeps `fla` from importing while a model is built, so that transformers binds its own torch
-    code to the linear-attention layers: its hub-kernel decorators bind FLA's kernels, when FLA
-    imports, as the modeling module is imported, whether they can run or not. What was bound stays
-    bound; afterwards `fla` imports again as before."""
+def fla_kept_out(when: bool = True) -> Iterator[None]:
+    """Keeps `fla` from importing while a model is built (`when` it cannot run), so that transformers
+    binds its own torch code to the linear-attention layers: its hub-kernel decorators bind FLA's
+    kernels, when FLA imports, as the modeling module is imported, whether they can run or not. What
+    was bound stays bound; afterwards `fla` imports again as before."""
+    if not when:
+        yield
+        return
     saved = sys.modules.get("fla")
     sys.modules["fla"] = None  # type: ignore[assignment]  # an import of fla or below now raises
     try:

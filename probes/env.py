@@ -1,7 +1,8 @@
 """Probe: the environment as the probed interpreter sees it.
 
-Versions (read from package metadata where importing would be costly or could fail: triton,
-transformers and fla are never imported), the GPUs torch sees, the knobs set in the environment,
+Versions (read from package metadata where importing would be costly or could fail: transformers
+is never imported, and triton and FLA only as far as `fla.utils`, where FLA is installed, to read its
+platform and its own guards), the GPUs torch sees, the knobs set in the environment,
 dynamo's recompile limit, the cache roots with their sizes and filesystems (on this machine:
 with `--ssh` the probed side is another one), and whether the big packages' bytecode is compiled
 or can be written (and how long importing torch then took). The doctor redacts and judges;

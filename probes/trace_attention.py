@@ -29,7 +29,12 @@ from dflashdoctor.fla_guards import FlaGuard, fla_kept_out, fla_state, refusing_
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch
 from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
-from dflashdoctor.hooks.hf_attention import HFAttentionRecorder, is_attention_module, kernel_impl
+from dflashdoctor.hooks.hf_attention import (
+    HFAttentionRecorder,
+    is_attention_module,
+    is_linear_attention_module,
+    kernel_impl,
+)
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config, drafter_dimensions, is_frozen_target
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
@@ -82,7 +87,7 @@ def _planned_layers(model: torch.nn.Module, config: Any) -> list[dict[str, Any]]
             continue
         outer.append(name)
         index = getattr(module, "layer_idx", None)
-        linear = any(part in type(module).__name__ for part in ("DeltaNet", "Linear", "Mamba"))
+        linear = is_linear_attention_module(module)
         kind = layer_types[index] if isinstance(index, int) and index < len(layer_types) else None
         kind = kind or ("linear_attention" if linear else "full_attention")
         configured = kernel_impl(module) if linear else None
@@ -94,18 +99,15 @@ def _planned_layers(model: torch.nn.Module, config: Any) -> list[dict[str, Any]]
     return rows
 
 
-def _confirm(rows: list[dict[str, Any]], model: torch.nn.Module, recorder: HFAttentionRecorder) -> None:
+def _confirm(rows: list[dict[str, Any]], recorder: HFAttentionRecorder) -> None:
     """Each row as it ran: the implementation that took its calls (a layer hook records a linear-
     attention layer's bound kernel), and how many calls."""
-    modules = dict(model.named_modules())
     by_name = {row["module"]: row for row in rows}
     for site in recorder.sites.values():
         row = by_name.get(site.module)
         if row is None:
             continue
-        impl = site.impl
-        if impl == "module-forward" and site.module in modules:
-            impl = kernel_impl(modules[site.module]) or site.module_class
+        impl = row["configured"] if site.impl == "module-forward" else site.impl  # a layer hook: its bound kernel
         row.update(ran=True, impl=impl, calls=row["calls"] + site.calls)
 
 
@@ -134,7 +136,7 @@ def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     fla = fla_state(device)
     # where FLA's kernels cannot run, the layers are built on transformers' torch fallback; the report says so
-    with fla_kept_out() if fla is not None and not fla["usable"] else contextlib.nullcontext():
+    with fla_kept_out(when=fla is not None and not fla["usable"]):
         model, refusal = _build(lambda: build_config(settings["model"], scale), device, dtype)
     config = model.config
     impl = config._attn_implementation
@@ -170,7 +172,7 @@ def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder
                 refused = {"guard": guard.to_dict(), "stage": stage, "error": _error_record(exc)}
             else:
                 error = _error_record(exc)
-    _confirm(layers, model, recorder)
+    _confirm(layers, recorder)
     return {
         "error": error,
         "fla_refused": refused,

@@ -50,6 +50,13 @@ def is_attention_module(module: torch.nn.Module) -> bool:
     return bool(_ATTENTION_MODULE.search(type(module).__name__))
 
 
+def is_linear_attention_module(module: torch.nn.Module) -> bool:
+    """Gated DeltaNet, linear attention and Mamba layers: no softmax attention, and a hub kernel of
+    their own (FLA's, mamba-ssm's) or transformers' torch fallback."""
+    name = type(module).__name__
+    return is_attention_module(module) and any(part in name for part in ("DeltaNet", "Mamba", "Linear"))
+
+
 def kernel_impl(module: torch.nn.Module) -> str | None:
     """What a transformers layer's hub-kernel functions resolve to: an FLA kernel or the torch fallback.
 

@@ -15,14 +15,13 @@ concurrent fault, `--fix sequential` the fix (and `--fix lock` the in-process al
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import threading
 from typing import Any
 
 import torch
 
-from dflashdoctor.fla_guards import fla_kept_out, fla_state
+from dflashdoctor.fla_guards import fla_kept_out, fla_unusable_on
 
 TARGET_FORWARDS = ("concurrent", "sequential")
 TARGET_SPEC = "dflashdoctor.reference.target_pairs:target_forward"
@@ -55,9 +54,8 @@ def build_target(device: str, dtype: torch.dtype, seed: int = 0) -> torch.nn.Mod
 
     Its gated DeltaNet layers run FLA's kernels where they can (on a GPU); elsewhere FLA is kept from
     importing, so they run transformers' torch fallback instead of failing at the first call."""
-    fla = fla_state(device.split(":")[0])
-    cannot_run = fla is not None and not fla["usable"]
-    if fla is not None and not cannot_run:
+    cannot_run = fla_unusable_on(torch.device(device).type)
+    if not cannot_run:
         fla_importable()
     from transformers import AutoModelForCausalLM
 
@@ -66,7 +64,7 @@ def build_target(device: str, dtype: torch.dtype, seed: int = 0) -> torch.nn.Mod
     config = build_config("qwen27b", "tiny")
     for key, value in _OVERRIDES.items():
         setattr(config, key, value)
-    with torch.random.fork_rng(devices=[]), fla_kept_out() if cannot_run else contextlib.nullcontext():
+    with torch.random.fork_rng(devices=[]), fla_kept_out(when=cannot_run):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.to(device).eval().requires_grad_(False)
@@ -74,10 +72,10 @@ def build_target(device: str, dtype: torch.dtype, seed: int = 0) -> torch.nn.Mod
 
 def linear_attention_impl(model: torch.nn.Module) -> str | None:
     """What the target's gated DeltaNet layers run: an FLA kernel or transformers' torch fallback."""
-    from dflashdoctor.hooks.hf_attention import kernel_impl
+    from dflashdoctor.hooks.hf_attention import is_linear_attention_module, kernel_impl
 
     for module in model.modules():
-        if type(module).__name__.endswith("GatedDeltaNet"):
+        if is_linear_attention_module(module):
             return kernel_impl(module)
     return None
 
