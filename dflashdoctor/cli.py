@@ -12,19 +12,19 @@ from typing import Annotated
 import typer
 
 from dflashdoctor import __version__
-from dflashdoctor.commands.cache import CacheOptions, cache
-from dflashdoctor.commands.check_compile import CheckCompileOptions, check_compile
-from dflashdoctor.commands.env import EnvOptions, env
+from dflashdoctor.commands.cache import CacheOptions
+from dflashdoctor.commands.check_compile import CheckCompileOptions
+from dflashdoctor.commands.env import EnvOptions
 from dflashdoctor.commands.gate import GateOptions, gate
-from dflashdoctor.commands.race import RaceOptions, race
-from dflashdoctor.commands.run import RunOptions, run
+from dflashdoctor.commands.race import RaceOptions
+from dflashdoctor.commands.run import RunOptions
 from dflashdoctor.commands.show import show
-from dflashdoctor.commands.trace_attention import TraceAttentionOptions, trace_attention
+from dflashdoctor.commands.trace_attention import TraceAttentionOptions
 from dflashdoctor.errors import BadInput
 from dflashdoctor.limits import seconds_problem
 from dflashdoctor.models import preset_names
 from dflashdoctor.output import destination_problem, emit, new_report_dir
-from dflashdoctor.reference import DEFAULT_TARGET
+from dflashdoctor.registry import PROBES
 from dflashdoctor.render.text import encodable, without_controls
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
 
@@ -92,6 +92,12 @@ def _argv() -> list[str]:
     return ["dflashdoctor", *sys.argv[1:]]
 
 
+def _probe(name: str, options: object, json_output: bool, report_dir: Path | None, verbose: bool) -> None:
+    """Run one command's probe (looked up in the registry), show or write its report, exit with its code."""
+    report = PROBES[name].command(options, _argv(), None)
+    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+
+
 def _show_version(value: bool) -> None:
     if value:
         typer.echo(f"dflashdoctor {__version__}")
@@ -109,7 +115,9 @@ def root(
 
 @app.command("check-compile")
 def check_compile_command(
-    target: Annotated[str, typer.Argument(help="package.module:attr or path/to/file.py:attr")] = DEFAULT_TARGET,
+    target: Annotated[
+        str, typer.Argument(help="package.module:attr or path/to/file.py:attr")
+    ] = CheckCompileOptions.target,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = CheckCompileOptions.device,
     batch: Annotated[int | None, typer.Option(help="Batch size [1]")] = None,
     heads: Annotated[int | None, typer.Option(help="Query heads [cuda 32, cpu 8]")] = None,
@@ -149,8 +157,7 @@ def check_compile_command(
         ssh=ssh,
         timeout_s=timeout,
     )
-    report = check_compile(options, _argv())
-    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+    _probe("check-compile", options, json_output, report_dir, verbose)
 
 
 @app.command("trace-attention")
@@ -206,8 +213,7 @@ def trace_attention_command(
         ssh=ssh,
         timeout_s=timeout,
     )
-    report = trace_attention(options, _argv())
-    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+    _probe("trace-attention", options, json_output, report_dir, verbose)
 
 
 @app.command("race")
@@ -254,8 +260,7 @@ def race_command(
         timeout_s=timeout,
         binaries_dir=triton_binaries,
     )
-    report = race(options, _argv())
-    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+    _probe("race", options, json_output, report_dir, verbose)
 
 
 @app.command(
@@ -300,8 +305,7 @@ def run_command(
         strict=strict,
         stdout_to_stderr=json_output,
     )
-    report = run(options, _argv())
-    raise typer.Exit(emit(report, json_output=json_output, report_dir=directory, verbose=verbose))
+    _probe("run", options, json_output, directory, verbose)
 
 
 @app.command("gate")
@@ -348,8 +352,7 @@ def env_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Versions, GPUs, cache roots, the TORCH*/TRITON*/FLA*/CUDA*/NCCL* knobs set, and known hazards."""
-    report = env(EnvOptions(python=python, ssh=ssh), _argv())
-    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+    _probe("env", EnvOptions(python=python, ssh=ssh), json_output, report_dir, verbose)
 
 
 @app.command("show")
@@ -391,11 +394,6 @@ WaitOpt = Annotated[
 ]
 
 
-def _cache(options: CacheOptions, json_output: bool, report_dir: Path | None, verbose: bool) -> None:
-    report = cache(options, _argv())
-    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
-
-
 @cache_app.command("check")
 def cache_check(
     triton_dir: TritonDirOpt = None,
@@ -406,7 +404,7 @@ def cache_check(
     verbose: VerboseOpt = False,
 ) -> None:
     """Find every broken, interrupted or stale entry, and hazards of where the caches live."""
-    _cache(CacheOptions("check", triton_dir, inductor_dir, all_roots), json_output, report_dir, verbose)
+    _probe("cache", CacheOptions("check", triton_dir, inductor_dir, all_roots), json_output, report_dir, verbose)
 
 
 @cache_app.command("fix")
@@ -414,14 +412,14 @@ def cache_fix(
     triton_dir: TritonDirOpt = None,
     inductor_dir: InductorDirOpt = None,
     all_roots: AllRootsOpt = False,
-    wait: WaitOpt = 300.0,
+    wait: WaitOpt = CacheOptions.wait_s,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Move each broken entry, whole, into a quarantine beside its root, with a manifest. Deletes nothing."""
     options = CacheOptions("fix", triton_dir, inductor_dir, all_roots, wait_s=wait)
-    _cache(options, json_output, report_dir, verbose)
+    _probe("cache", options, json_output, report_dir, verbose)
 
 
 @cache_app.command("restore")
@@ -433,14 +431,14 @@ def cache_restore(
     triton_dir: TritonDirOpt = None,
     inductor_dir: InductorDirOpt = None,
     all_roots: AllRootsOpt = False,
-    wait: WaitOpt = 300.0,
+    wait: WaitOpt = CacheOptions.wait_s,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Put quarantined entries back, byte-identical (checked against their manifests)."""
     options = CacheOptions("restore", triton_dir, inductor_dir, all_roots, quarantine, wait)
-    _cache(options, json_output, report_dir, verbose)
+    _probe("cache", options, json_output, report_dir, verbose)
 
 
 class _Terminated(BaseException):

@@ -68,10 +68,11 @@ def emit(
     environ: Mapping[str, str] | None = None,
 ) -> int:
     """Write the report directory (and the CI copies asked for), show the report, return the exit code."""
+    observations = report.observations_json()  # the probes' raw words, kept as they said them
     report = encodable_report(report)
     directory = report_dir if report_dir is not None else new_report_dir(report.command)
     try:
-        write_report_dir(report, directory)
+        write_report_dir(report, directory, observations)
     except OSError as exc:
         raise BadInput(f"cannot write the report to {directory}: {exc.strerror}") from None
     for path, render in ((junit, render_junit), (sarif, render_sarif)):

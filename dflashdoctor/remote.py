@@ -72,18 +72,17 @@ def _bundle(package: Path, probes: Path, config: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def remote_script(python: str, probe: str, env: dict[str, str], timeout_s: float) -> str:
+def remote_script(python: str, script: str, env: dict[str, str], timeout_s: float) -> str:
     """The POSIX shell script run there; every outside value in it is quoted. Killing the local ssh
     does not stop the remote probe (no pty), so the probe runs under `timeout` there when it exists."""
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if re.fullmatch(r"[A-Z_][A-Z0-9_]*", k))
-    script = f"probes/{probe.replace('-', '_')}.py"
     return (
         'd=$(mktemp -d "${TMPDIR:-/tmp}/dflashdoctor-XXXXXX") || exit 97\n'
         "trap 'rm -rf \"$d\"' EXIT\n"
         'tar xzf - -C "$d" || exit 98\n'
         f'limit=""; command -v timeout >/dev/null 2>&1 && limit="timeout -k 10 {int(timeout_s)}"\n'
         f'$limit env PYTHONPATH="$d${{PYTHONPATH:+:$PYTHONPATH}}" PYTHONUNBUFFERED=1 {assignments} '
-        f'{shlex.quote(python)} "$d/{script}" --config "$d/config.json" --out "$d/result.json" >&2\n'
+        f'{shlex.quote(python)} "$d/probes/{script}" --config "$d/config.json" --out "$d/result.json" >&2\n'
         "rc=$?\n"
         f'printf "\\n%s %s\\n" {MARKER} "$rc"\n'
         'cat "$d/result.json" 2>/dev/null\n'
@@ -106,7 +105,7 @@ class RemoteRun:
 
 def run_remote(
     target: SshTarget,
-    probe: str,
+    script: str,  # the probe's file in probes/
     config: dict[str, Any],
     *,
     python: str,
@@ -115,7 +114,7 @@ def run_remote(
     timeout_s: float,
     env: dict[str, str],
 ) -> RemoteRun:
-    argv = [*target.ssh_argv(), "sh", "-c", shlex.quote(remote_script(python, probe, env, timeout_s))]
+    argv = [*target.ssh_argv(), "sh", "-c", shlex.quote(remote_script(python, script, env, timeout_s))]
     started = time.monotonic()
     try:
         done = subprocess.run(argv, input=_bundle(package, probes, config), capture_output=True, timeout=timeout_s)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 SCHEMA = "dflashdoctor.report/1"
+OBSERVATIONS_SCHEMA = "dflashdoctor.observations/1"
 
 Severity = Literal["error", "warning", "info"]
 ProbeStatus = Literal["pass", "fail", "error", "skipped"]
@@ -111,6 +112,9 @@ class Report:
     environment: dict[str, Any] = field(default_factory=dict)
     results: list[ProbeResult] = field(default_factory=list)
     schema: str = SCHEMA
+    # What the probes saw, by probe name: written beside the report as observations.json (never
+    # into report.json), so a report can be judged again, and a GPU run's judging tested on a CPU.
+    observations: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def findings(self) -> list[Finding]:
         return [f for r in self.results for f in r.findings]
@@ -133,7 +137,13 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("observations")
         return {"schema": data.pop("schema"), **data}
+
+    def observations_json(self) -> str:
+        """observations.json: the raw observations each probe reported, by probe name."""
+        document = {"schema": OBSERVATIONS_SCHEMA, "command": self.command, "probes": self.observations}
+        return json.dumps(document, indent=1, default=str)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)
@@ -143,7 +153,7 @@ class Report:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a {SCHEMA} document (schema={data.get('schema')!r})")
         results = [probe_result_from_dict(r) for r in data.get("results", [])]
-        fields = {k: v for k, v in data.items() if k not in ("results", "schema")}
+        fields = {k: v for k, v in data.items() if k not in ("results", "schema", "observations")}
         return cls(**fields, results=results)
 
     @classmethod

@@ -97,6 +97,7 @@ def _env() -> dict[str, str]:
 
 def run_probe(
     probe: str,
+    script: str,
     config: dict[str, Any],
     *,
     python: str,
@@ -109,7 +110,7 @@ def run_probe(
     if ssh is not None:
         remote = run_remote(
             ssh,
-            probe,
+            script,
             config,
             python=python,
             package=package_root() / "dflashdoctor",
@@ -126,12 +127,11 @@ def run_probe(
             stderr_tail=remote.stderr_tail,
             argv=remote.argv,
         )
-    script = probes_dir() / f"{probe.replace('-', '_')}.py"  # probe "check-compile" is check_compile.py
     with tempfile.TemporaryDirectory(prefix="dflashdoctor-") as tmp:
         work = Path(tmp)
         config_path, out_path = work / "config.json", work / "result.json"
         config_path.write_text(json.dumps(config), encoding="utf-8")
-        argv = [python, str(script), "--config", str(config_path), "--out", str(out_path)]
+        argv = [python, str(probes_dir() / script), "--config", str(config_path), "--out", str(out_path)]
         started = time.monotonic()
         with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
             child = subprocess.Popen(

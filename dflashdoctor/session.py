@@ -6,13 +6,15 @@ import platform
 import re
 import sys
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from dflashdoctor import __version__
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.errors import BadInput, MissingPackage
+from dflashdoctor.observations import ObservationsError, load
+from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.probe_support import missing_package
 from dflashdoctor.remote import SshTarget
 from dflashdoctor.report import ProbeResult, Report
@@ -113,33 +115,36 @@ def probe_python(python: str | None, ssh: str | None = None) -> str:
 
 def probe_into_report(
     report: Report,
-    probe: str,
+    spec: ProbeSpec,
     config: dict[str, Any],
     *,
     python: str,
     timeout_s: float,
-    judge: Callable[[dict[str, Any]], ProbeResult],
+    budgets: Budgets,
     env: dict[str, str] | None = None,
     ssh: str | None = None,
-) -> dict[str, Any] | None:
-    """Run one probe and append its judged result (or its crash) to the report.
-
-    The probed interpreter's versions and device go into the report's environment. Returns the
-    probe's observations when it finished.
-    """
+) -> None:
+    """Run one probe, keep its observations, and append its judged sections (or its crash) to the
+    report. The probed interpreter's versions and device go into the report's environment."""
+    assert spec.script is not None, f"{spec.name} has no probe script"
     target = SshTarget.parse(ssh) if ssh is not None else None
-    run = run_probe(probe, config, python=python, timeout_s=timeout_s, env=env, ssh=target)
+    run = run_probe(spec.name, spec.script, config, python=python, timeout_s=timeout_s, env=env, ssh=target)
     if target is not None:
         report.environment["probed_host"] = ssh
     payload = probe_payload(run, python)
     if payload is None:
         report.results.append(crash_result(run))
-        return None
+        return
+    report.observations[spec.name] = payload
     if "probe_error" in payload:
         report.results.append(probe_error_result(run, payload))
-        return None
-    result = judge(payload)
-    result.duration_s = run.duration_s
-    report.results.append(result)
+        return
+    try:
+        observations = load(spec.observations, payload)
+    except ObservationsError as exc:  # the probe wrote something its judge cannot read: our bug
+        report.results.append(probe_error_result(run, {"probe_error": f"unreadable observations: {exc}"}))
+        return
+    results = spec.judge(observations, budgets)
+    results[0].duration_s = run.duration_s
+    report.results.extend(results)
     report.environment.update({k: payload[k] for k in _PROBED_ENVIRONMENT if payload.get(k) is not None})
-    return payload

@@ -7,11 +7,12 @@ import contextlib
 import errno
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.cache import quarantine as q
 from dflashdoctor.cache.environment import inspect_root
 from dflashdoctor.cache.inductor_scan import scan_inductor
@@ -20,10 +21,15 @@ from dflashdoctor.cache.roots import CacheRoot, absolute, resolve_roots
 from dflashdoctor.cache.safe_fs import Untrusted, refused_because
 from dflashdoctor.cache.triton_scan import scan_triton
 from dflashdoctor.errors import BadInput
-from dflashdoctor.judges.cache import CacheJudge
+from dflashdoctor.judges.cache import judge
 from dflashdoctor.limits import seconds_problem
+from dflashdoctor.observations import CacheObservations
+from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.report import Report
 from dflashdoctor.session import finish, new_report
+
+if TYPE_CHECKING:
+    from dflashdoctor.gate.config import GateConfig
 
 ACTIONS = ("check", "fix", "restore")
 
@@ -81,14 +87,14 @@ def _scan(root: CacheRoot, triton_version: str | None) -> tuple[RootScan, dict[s
     return scan, facts
 
 
-def cache(options: CacheOptions, argv: list[str]) -> Report:
+def cache(options: CacheOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
     try:
-        return _cache(options, argv)
+        return _cache(options, argv, budgets or Budgets())
     except q.ManifestError as exc:  # the quarantine the user named has no readable manifest
         raise BadInput(str(exc)) from None
 
 
-def _cache(options: CacheOptions, argv: list[str]) -> Report:
+def _cache(options: CacheOptions, argv: list[str], budgets: Budgets) -> Report:
     if options.action not in ACTIONS:
         raise BadInput(f"unknown cache action {options.action!r}; expected one of {', '.join(ACTIONS)}")
     for path, option in ((options.triton_dir, "--triton-dir"), (options.inductor_dir, "--inductor-dir")):
@@ -115,8 +121,30 @@ def _cache(options: CacheOptions, argv: list[str]) -> Report:
             scans.append(scan)
         if options.action == "fix":
             _fix(roots, scans, facts, triton_version, options.wait_s, log)
-    report.results.append(CacheJudge(scans, facts, log).judge())
+    observations = CacheObservations(scans=scans, facts=facts, log=log)
+    report.observations["cache"] = asdict(observations)
+    report.results.extend(judge(observations, budgets))
     return finish(report, started)
+
+
+def from_gate(config: GateConfig, _python: str | None, _ssh: str | None) -> CacheOptions:
+    return CacheOptions(
+        "check",
+        Path(config.triton_dir) if config.triton_dir else None,
+        Path(config.inductor_dir) if config.inductor_dir else None,
+    )
+
+
+SPEC = ProbeSpec(
+    name="cache",
+    options=CacheOptions,
+    observations=CacheObservations,
+    judge=judge,
+    command=cache,
+    script=None,
+    from_gate=from_gate,
+    local_only="run `dflashdoctor cache check` on that machine",
+)
 
 
 def _unusable(root: Path, exc: OSError | Untrusted, log: q.RepairLog, doing: str) -> None:

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.errors import BadInput
-from dflashdoctor.judges.check_compile import Budgets, judge
+from dflashdoctor.judges.check_compile import judge
 from dflashdoctor.limits import MAX_VARY, count_problem
+from dflashdoctor.observations import CheckCompileObservations
+from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.reference import DEFAULT_TARGET
 from dflashdoctor.report import Report
 from dflashdoctor.session import PROBE_TIMEOUT_S, finish, new_report, probe_into_report, probe_python
 from dflashdoctor.shapes import DEVICES, DTYPES, MASKS, AttentionShape, shape_problem, shape_with
+
+if TYPE_CHECKING:
+    from dflashdoctor.gate.config import GateConfig
 
 
 @dataclass
@@ -61,22 +67,45 @@ def probe_config(options: CheckCompileOptions) -> dict[str, Any]:
     }
 
 
-def check_compile(options: CheckCompileOptions, argv: list[str]) -> Report:
+def check_compile(options: CheckCompileOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
+    """`budgets`: the gate's; alone, the defaults with --max-recompiles."""
     validate(options)
     python = probe_python(options.python, options.ssh)
     started = time.monotonic()
     report = new_report("check-compile", argv)
     report.environment.update(target=options.target, requested_device=options.device)
-    budgets = Budgets(max_recompiles=options.max_recompiles)
-    payload = probe_into_report(
+    probe_into_report(
         report,
-        "check-compile",
+        SPEC,
         probe_config(options),
         python=python,
         timeout_s=options.timeout_s,
-        judge=lambda observations: judge(observations, budgets),
+        budgets=budgets or Budgets(max_recompiles=options.max_recompiles),
         ssh=options.ssh,
     )
-    if payload is not None:
-        report.results[-1].measurements.update(shape=payload["shape"], mask=payload["mask"])
     return finish(report, started)
+
+
+def from_gate(config: GateConfig, python: str | None, ssh: str | None) -> CheckCompileOptions:
+    return CheckCompileOptions(
+        target=config.target,
+        device=config.device,
+        shape=config.shape,
+        mask=config.mask,
+        vary=config.vary,
+        max_recompiles=config.max_recompiles,
+        python=python,
+        ssh=ssh,
+        timeout_s=config.timeout,
+    )
+
+
+SPEC = ProbeSpec(
+    name="check-compile",
+    options=CheckCompileOptions,
+    observations=CheckCompileObservations,
+    judge=judge,
+    command=check_compile,
+    script="check_compile.py",
+    from_gate=from_gate,
+)

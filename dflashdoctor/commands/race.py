@@ -5,14 +5,20 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflashdoctor.autotune import FIXES, KERNELS
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.race import judge
 from dflashdoctor.limits import MAX_TRIALS, count_problem
+from dflashdoctor.observations import RaceObservations
+from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.report import Report
 from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
+
+if TYPE_CHECKING:
+    from dflashdoctor.gate.config import GateConfig
 
 MAX_THREADS = 64
 _PROBE_MARGIN_S = 60.0  # of --timeout, for the probe's own start, audit and report
@@ -65,7 +71,7 @@ def probe_config(options: RaceOptions) -> dict[str, Any]:
     }
 
 
-def race(options: RaceOptions, argv: list[str]) -> Report:
+def race(options: RaceOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
     validate(options)
     python = probe_python(options.python, options.ssh)
     started = time.monotonic()
@@ -73,14 +79,30 @@ def race(options: RaceOptions, argv: list[str]) -> Report:
     report.environment.update(target=f"{options.kernel} kernel, {options.threads} threads, fix {options.fix}")
     probe_into_report(
         report,
-        "race",
+        SPEC,
         probe_config(options),
         python=python,
         timeout_s=options.timeout_s,
-        judge=judge,
+        budgets=budgets or Budgets(),
         # The stub kernel runs in triton's interpreter, which `triton.jit` picks at import time; real
         # kernels run in child processes that set it only where there is no GPU.
         env={"TRITON_INTERPRET": "1"} if options.kernel == "stub" else {},
         ssh=options.ssh,
     )
     return finish(report, started)
+
+
+def from_gate(config: GateConfig, python: str | None, ssh: str | None) -> RaceOptions:
+    return RaceOptions(python=python, ssh=ssh, timeout_s=config.timeout)
+
+
+SPEC = ProbeSpec(
+    name="race",
+    options=RaceOptions,
+    observations=RaceObservations,
+    judge=judge,
+    command=race,
+    script="race.py",
+    from_gate=from_gate,
+    skipped_without=("triton",),  # no triton autotuner to race
+)

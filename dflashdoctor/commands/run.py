@@ -8,9 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflashdoctor.agent.config import RunSettings
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.errors import BadInput
-from dflashdoctor.judges.run import RunJudge
+from dflashdoctor.judges.run import judge
 from dflashdoctor.limits import MAX_STEPS, count_problem
+from dflashdoctor.observations import RunObservations
+from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.report import Report
 from dflashdoctor.runs import launch
 from dflashdoctor.runs.events import read_logs
@@ -29,7 +32,7 @@ class RunOptions:
     stdout_to_stderr: bool = False  # --json: the command's output must not mix with the report on stdout
 
 
-def run(options: RunOptions, argv: list[str]) -> Report:
+def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
     command = launch.resolve_command(options.command)
     if options.steps is not None and count_problem(options.steps, "--steps", 1, MAX_STEPS):
         raise BadInput(count_problem(options.steps, "--steps", 1, MAX_STEPS))
@@ -51,9 +54,20 @@ def run(options: RunOptions, argv: list[str]) -> Report:
         outcome = watch(child, events, options.hang_timeout_s)
     finally:
         shutil.rmtree(bootstrap, ignore_errors=True)
-    logs = read_logs(events)
-    report.results.extend(RunJudge(logs, outcome, options.command).judge())
-    instrumented = next((log.instrumented for log in logs if log.instrumented), None)
+    observations = RunObservations(command=options.command, outcome=outcome, processes=read_logs(events))
+    report.observations["run"] = observations.to_dict()
+    report.results.extend(judge(observations, budgets or Budgets()))
+    instrumented = next((log.instrumented for log in observations.processes if log.instrumented), None)
     if instrumented:
         report.environment["torch"] = instrumented.get("torch")
     return finish(report, started)
+
+
+SPEC = ProbeSpec(
+    name="run",
+    options=RunOptions,
+    observations=RunObservations,
+    judge=judge,
+    command=run,
+    script=None,  # the user's own command, with the agent (agent/) loaded into each of its processes
+)

@@ -5,16 +5,22 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.trace_attention import judge
 from dflashdoctor.limits import MAX_STEPS, count_problem
 from dflashdoctor.models import SCALES, config_source
+from dflashdoctor.observations import TraceAttentionObservations
+from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.reference import DRAFTER_FAULTS
 from dflashdoctor.report import Report
 from dflashdoctor.session import PROBE_TIMEOUT_S, finish, new_report, probe_into_report, probe_python
 from dflashdoctor.shapes import DEVICES
+
+if TYPE_CHECKING:
+    from dflashdoctor.gate.config import GateConfig
 
 DEFAULT_MODEL = "qwen27b"
 
@@ -73,7 +79,7 @@ def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
     }
 
 
-def trace_attention(options: TraceAttentionOptions, argv: list[str]) -> Report:
+def trace_attention(options: TraceAttentionOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
     if options.model is None and options.script is None and not options.drafter:
         options = replace(options, model=DEFAULT_MODEL)
     validate(options)
@@ -86,11 +92,35 @@ def trace_attention(options: TraceAttentionOptions, argv: list[str]) -> Report:
     report.environment.update(target=" + ".join(traced), requested_device=options.device)
     probe_into_report(
         report,
-        "trace-attention",
+        SPEC,
         probe_config(options),
         python=python,
         timeout_s=options.timeout_s,
-        judge=judge,
+        budgets=budgets or Budgets(),
         ssh=options.ssh,
     )
     return finish(report, started)
+
+
+def from_gate(config: GateConfig, python: str | None, ssh: str | None) -> TraceAttentionOptions:
+    """The configured model, else the reference drafter step."""
+    return TraceAttentionOptions(
+        model=config.model,
+        drafter=config.model is None,
+        expect_wrapper=config.expect_wrapper,
+        device=config.device,
+        python=python,
+        ssh=ssh,
+        timeout_s=config.timeout,
+    )
+
+
+SPEC = ProbeSpec(
+    name="trace-attention",
+    options=TraceAttentionOptions,
+    observations=TraceAttentionObservations,
+    judge=judge,
+    command=trace_attention,
+    script="trace_attention.py",
+    from_gate=from_gate,
+)

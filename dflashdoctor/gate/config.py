@@ -9,20 +9,20 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.commands.check_compile import CheckCompileOptions
 from dflashdoctor.errors import BadInput
 from dflashdoctor.limits import MAX_VARY, count_problem, seconds_problem
-from dflashdoctor.reference import DEFAULT_TARGET
+from dflashdoctor.registry import GATE_PROBES as PROBES
 from dflashdoctor.session import PROBE_TIMEOUT_S
 from dflashdoctor.shapes import DEVICES, DTYPES, MASKS
 
-PROBES = ("env", "check-compile", "trace-attention", "race", "cache")
 SHAPE_KEYS = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype")  # check-compile's options
 
 
 @dataclass
 class GateConfig:
-    target: str = DEFAULT_TARGET  # the flex_attention wrapper check-compile judges
+    target: str = CheckCompileOptions.target  # the flex_attention wrapper check-compile judges
     device: str = CheckCompileOptions.device
     shape: dict[str, Any] = field(default_factory=dict)  # check-compile's shape; unset keys: the device's default
     mask: str = CheckCompileOptions.mask  # check-compile's mask: dflash, causal or none
@@ -30,15 +30,26 @@ class GateConfig:
     model: str | None = None  # a trace-attention model preset; None traces the reference drafter step
     expect_wrapper: str | None = None  # trace-attention: every flex call must go through this
     probes: list[str] = field(default_factory=lambda: list(PROBES))
-    max_recompiles: int = CheckCompileOptions.max_recompiles
-    max_graph_breaks: int = 0
-    require_fused_backward: bool = True
-    max_compile_seconds: float | None = None
-    threaded_autotuners: bool = False  # the pipeline runs autotuned kernels from several threads at once
+    max_recompiles: int = Budgets.max_recompiles
+    max_graph_breaks: int = Budgets.max_graph_breaks
+    require_fused_backward: bool = Budgets.require_fused_backward
+    max_compile_seconds: float | None = Budgets.max_compile_seconds
+    threaded_autotuners: bool = Budgets.threaded_autotuners
     triton_dir: str | None = None
     inductor_dir: str | None = None
     timeout: float = PROBE_TIMEOUT_S
     parallel: bool = True  # run the probes at once; false for timings on an otherwise idle machine
+
+    def budgets(self) -> Budgets:
+        """What every probe of the gate is judged against."""
+        return Budgets(
+            max_recompiles=self.max_recompiles,
+            max_graph_breaks=self.max_graph_breaks,
+            max_compile_seconds=self.max_compile_seconds,
+            require_fused_backward=self.require_fused_backward,
+            threaded_autotuners=self.threaded_autotuners,
+            held_by_gate=True,
+        )
 
     def validate(self) -> None:
         """Everything that can be checked before minutes of probing are spent."""

@@ -21,36 +21,16 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from types import FrameType
 from typing import Any, Protocol
+
+from dflashdoctor.observations import DenseEvent
 
 _HOP_MODULE = "torch._higher_order_ops.flex_attention"
 _HOP_NAMES = {"flex_attention": "forward", "flex_attention_backward": "backward"}
 _SCORE_BYTES_PER_ELEMENT = 4  # the dense kernels build scores in float32 whatever the input dtype
 _STACK_DEPTH = 6
 _FIRST_TORCH_WITH_FLEX = (2, 5)
-
-
-@dataclass
-class DenseEvent:
-    """One execution of a dense kernel: what it computed and who asked for it."""
-
-    kind: str  # "forward" or "backward"
-    phase: str
-    q_shape: list[int]
-    kv_shape: list[int]
-    dtype: str
-    device: str
-    score_matrix_bytes: int
-    site: dict[str, Any] | None
-    stack: list[str] = field(default_factory=list)
-    thread: str = ""
-    forward_site: dict[str, Any] | None = None  # the forward call site it was charged to, if any
-    peak_bytes: int | None = None  # CUDA memory the kernel added at its peak, when measured
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class BackwardOwner(Protocol):

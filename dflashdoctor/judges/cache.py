@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.cache.model import Problem, RootScan
-from dflashdoctor.cache.quarantine import QuarantineRun, Refusal, RepairLog
+from dflashdoctor.cache.quarantine import QuarantineRun, Refusal
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
+from dflashdoctor.observations import CacheObservations
 from dflashdoctor.report import Finding, ProbeResult, Where
 
 _CODES = {
@@ -57,12 +59,12 @@ _NOT_BACK_FIX = {
 
 
 class CacheJudge(Judge):
-    def __init__(self, scans: list[RootScan], facts: dict[str, dict[str, Any]], log: RepairLog) -> None:
-        super().__init__("cache")
-        self.scans = scans
-        self.facts = facts  # root path -> environment facts
-        self.log = log
-        self.moved = log.moved()  # entries a fix moved: reported once, as quarantined
+    def __init__(self, observations: CacheObservations, budgets: Budgets) -> None:
+        super().__init__("cache", budgets)
+        self.scans = observations.scans
+        self.facts = observations.facts  # root path -> environment facts
+        self.log = observations.log
+        self.moved = self.log.moved()  # entries a fix moved: reported once, as quarantined
 
     def judge(self) -> ProbeResult:
         for scan in self.scans:
@@ -269,3 +271,7 @@ class CacheJudge(Judge):
                     fix=" ".join(f"{s}: {_NOT_BACK_FIX[s]}." for s in states),
                 )
             )
+
+
+def judge(observations: CacheObservations, budgets: Budgets) -> list[ProbeResult]:
+    return [CacheJudge(observations, budgets).judge()]

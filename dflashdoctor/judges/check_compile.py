@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, RAISED, recompile_limit_record, skipped_frame_record
+from dflashdoctor.observations import CheckCompileObservations
 from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import Bar, Comparison, ProbeResult, Where
 
@@ -33,11 +35,6 @@ _OUT_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 1e-2, "bfloat16":
 _GRAD_TOLERANCE_FACTOR = 2
 _REFS_FLEX = "https://pytorch.org/blog/flexattention/"
 _REFS_RECOMPILE = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html"
-
-
-@dataclass(frozen=True)
-class Budgets:
-    max_recompiles: int = 2
 
 
 def _is_target_phase(phase: str) -> bool:
@@ -89,15 +86,14 @@ def parse_guard(reason: str, known_file: str | None) -> Guard:
 
 
 class CheckCompileJudge(Judge):
-    def __init__(self, obs: dict[str, Any], budgets: Budgets) -> None:
-        super().__init__("check-compile")
-        self.obs = obs
-        self.budgets = budgets
-        events = [e for e in obs.get("dense_events", []) if _is_target_phase(e["phase"])]
-        self.dense_fwd = [e for e in events if e["kind"] == "forward"]
-        self.dense_bwd = [e for e in events if e["kind"] == "backward"]
-        self.compiles = [c for c in obs.get("compiles", []) if _is_target_phase(c["phase"])]
-        self.phases: dict[str, dict[str, Any]] = obs.get("phases", {})
+    def __init__(self, observations: CheckCompileObservations, budgets: Budgets) -> None:
+        super().__init__("check-compile", budgets)
+        self.obs = observations
+        events = [e for e in observations.dense_events if _is_target_phase(e.phase)]
+        self.dense_fwd = [e for e in events if e.kind == "forward"]
+        self.dense_bwd = [e for e in events if e.kind == "backward"]
+        self.compiles = [c for c in observations.compiles if _is_target_phase(c["phase"])]
+        self.phases = observations.phases
 
     def judge(self) -> ProbeResult:
         self._instrumentation()
@@ -110,23 +106,24 @@ class CheckCompileJudge(Judge):
         self._graph_breaks()
         self._timing()
         self._oom()
+        self.measurements.update(shape=self.obs.shape, mask=self.obs.mask)
         return self.result()
 
     def _instrumentation(self) -> None:
-        for key in ("hook_unavailable", "dynamo_watch_unavailable"):
-            if self.obs.get(key):
+        for why in (self.obs.hook_unavailable, self.obs.dynamo_watch_unavailable):
+            if why:
                 self.findings.append(
                     finding(
                         "instrumentation-unavailable",
                         "Part of the instrumentation could not be installed on this torch",
-                        detail=self.obs[key],
+                        detail=why,
                         fix="Report the torch version to dflashdoctor; the other checks still ran.",
                     )
                 )
 
     # -- static -----------------------------------------------------------------------------
     def _target(self) -> None:
-        info = self.obs["target"]
+        info = self.obs.target
         self.measurements["target_kind"] = info["kind"]
         rebound = info.get("rebound")
         if info["kind"] == "raw-flex" or rebound:
@@ -168,7 +165,7 @@ class CheckCompileJudge(Judge):
             self._check("target", "info", f"{info['qualname']} ({info['kind']}); judged by what it runs")
 
     def _target_error(self) -> None:
-        error = self.obs.get("target_error")
+        error = self.obs.target_error
         if not error:
             return
         message = first_line(error["message"], "")
@@ -201,19 +198,19 @@ class CheckCompileJudge(Judge):
             self._check("forward", "fail", f"dense forward in {n_fwd} of the target's calls", *fwd_codes)
         elif not any("forward_s" in phase for name, phase in self.phases.items() if _is_target_phase(name)):
             self._check("forward", "skip", "never completed: the target failed before any forward returned")
-        elif not self.obs.get("hook_unavailable"):
+        elif not self.obs.hook_unavailable:
             self._check("forward", "pass", "fused: no dense forward kernel ran")
-        if not self.obs.get("backward_checked"):
+        if not self.obs.backward_checked:
             self.findings.append(
                 finding(
                     "backward-not-checked",
-                    f"Backward not checked on {self.obs['device']}",
+                    f"Backward not checked on {self.obs.device}",
                     detail="torch refuses flex_attention backward on CPU inputs that require grad "
                     "(eager and compiled alike), so the fused backward can only be proven on a GPU.",
                     fix="Run `dflashdoctor check-compile --device cuda` on a GPU node.",
                 )
             )
-            self._check("backward", "skip", f"not checked on {self.obs['device']}", "backward-not-checked")
+            self._check("backward", "skip", f"not checked on {self.obs.device}", "backward-not-checked")
         elif n_bwd:
             self._check(
                 "backward", "fail", f"dense backward in {n_bwd} of the target's calls", *(cause or ["dense-backward"])
@@ -229,17 +226,22 @@ class CheckCompileJudge(Judge):
             for name, phase in self.phases.items()
         )
 
+    def _first_dense_site(self, *, either: bool = False) -> Where | None:
+        """Where the first dense forward (`either`: or, with none, backward) kernel was called from."""
+        events = self.dense_fwd or (self.dense_bwd if either else [])
+        return _where(events[0].site) if events else None
+
     def _dense_evidence(self) -> dict[str, Any]:
         sample = (self.dense_fwd or self.dense_bwd)[0]
         return {
             "dense_forward_calls": len(self.dense_fwd),
             "dense_backward_calls": len(self.dense_bwd),
-            "phases": sorted({e["phase"] for e in self.dense_fwd + self.dense_bwd}),
-            "first_event": sample,
+            "phases": sorted({e.phase for e in self.dense_fwd + self.dense_bwd}),
+            "first_event": sample.to_dict(),
         }
 
     def _dense_findings(self) -> None:
-        backends = self.obs["target"].get("backends") or {}
+        backends = self.obs.target.get("backends") or {}
         dense_backends = {name: b for name, b in backends.items() if b in DENSE_BACKENDS}
         if dense_backends:
             names = ", ".join(f"`{n}` (backend={b!r})" for n, b in dense_backends.items())
@@ -266,12 +268,12 @@ class CheckCompileJudge(Judge):
                     f"dense-{kind}",
                     f"flex_attention {kind} ran the unfused dense kernel ({len(events)} calls)",
                     detail=(
-                        f"The dense {kind} kernel ran for q {first['q_shape']} kv {first['kv_shape']} "
-                        f"{first['dtype']}, building a float32 score matrix of "
-                        f"{size_text(first['score_matrix_bytes'])} per call. {cause}"
+                        f"The dense {kind} kernel ran for q {first.q_shape} kv {first.kv_shape} "
+                        f"{first.dtype}, building a float32 score matrix of "
+                        f"{size_text(first.score_matrix_bytes)} per call. {cause}"
                     ),
-                    where=_where(first.get("site")) or _where(self.obs["target"].get("assigned")),
-                    evidence={**self._dense_evidence(), "stack": first.get("stack", []), "backends": backends},
+                    where=_where(first.site) or _where(self.obs.target.get("assigned")),
+                    evidence={**self._dense_evidence(), "stack": first.stack, "backends": backends},
                     fix=fix,
                     refs=[_REFS_FLEX],
                 )
@@ -280,8 +282,8 @@ class CheckCompileJudge(Judge):
     def _recompile_limit_finding(self, limit: dict[str, Any]) -> None:
         reasons = [c["recompile_reason"] for c in self.compiles if c.get("recompile_reason")]
         last_reason = limit.get("recompile_reason") or (reasons[-1] if reasons else "")
-        guard = parse_guard(last_reason, self.obs["target"].get("file"))
-        limit_value = self.obs.get("recompile_limit")
+        guard = parse_guard(last_reason, self.obs.target.get("file"))
+        limit_value = self.obs.recompile_limit
         why = (
             "The guard is on a global Python value read while tracing (here by the score_mod or mask_mod), "
             "so every new value is a new graph. "
@@ -301,7 +303,7 @@ class CheckCompileJudge(Judge):
                     f"{len(self.dense_fwd)} dense forward and {len(self.dense_bwd)} dense backward calls "
                     "followed, with one log line as the only sign."
                 ),
-                where=guard.where or _where((self.dense_fwd or [{}])[0].get("site")),
+                where=guard.where or self._first_dense_site(),
                 evidence={
                     "guard": guard.expression,
                     "recompile_limit": limit_value,
@@ -324,8 +326,7 @@ class CheckCompileJudge(Judge):
         match = RAISED.search(skip.get("fail_reason") or "")
         exc = f"{match.group(1)}({match.group(2)})" if match else skip.get("fail_type")
         raised_at = f"{skip.get('fail_user_frame_filename')}:{skip.get('fail_user_frame_lineno')}"
-        dense_site = (self.dense_fwd or self.dense_bwd or [{}])[0].get("site")
-        where = _where(dense_site) or Where(
+        where = self._first_dense_site(either=True) or Where(
             file=skip.get("fail_user_frame_filename"), line=skip.get("fail_user_frame_lineno")
         )
         self.findings.append(
@@ -368,7 +369,7 @@ class CheckCompileJudge(Judge):
     def _memory(self) -> None:
         score = self._score_matrix_bytes()
         self.measurements["score_matrix_bytes"] = score
-        if self.obs["device"] != "cuda":
+        if self.obs.device != "cuda":
             self._check(
                 "memory",
                 "skip",
@@ -409,22 +410,22 @@ class CheckCompileJudge(Judge):
                     fix="See the dense-path findings for the call that built it.",
                 )
             )
-        out_of_memory = [r for r in self.obs.get("oom") or [] if _is_target_phase(r["phase"])]
+        out_of_memory = [r for r in self.obs.oom if _is_target_phase(r["phase"])]
         if out_of_memory:
             parts.insert(0, f"out of memory in {len(out_of_memory)} of the target's phases")
         codes = (["score-matrix-materialized"] if materialized else []) + (["oom"] if out_of_memory else [])
         self._check("memory", "fail" if codes else "pass", "; ".join(parts), *codes)
 
     def _score_matrix_bytes(self) -> int:
-        shape = self.obs["shape"]
+        shape = self.obs.shape
         return shape["batch"] * shape["heads"] * shape["q_len"] * shape["kv_len"] * 4
 
     def _numerics(self) -> None:
-        numerics = self.obs.get("numerics") or {}
+        numerics = self.obs.numerics
         errors = {k.removesuffix("_rel_err"): v for k, v in numerics.items() if k.endswith("_rel_err")}
         if not errors:
             return
-        dtype = self.obs["shape"]["dtype"]
+        dtype = self.obs.shape["dtype"]
         tolerance = {name: _OUT_TOLERANCE[dtype] * (1 if name == "out" else _GRAD_TOLERANCE_FACTOR) for name in errors}
         self.measurements.update({f"{k}_rel_err": v for k, v in errors.items()})
         self.measurements["out_tolerance"] = _OUT_TOLERANCE[dtype]
@@ -448,18 +449,18 @@ class CheckCompileJudge(Judge):
         self._check("numerics", status, f"relative error {summary} ({limits})", "numeric-mismatch")
 
     def _varying(self) -> None:
-        vary = self.obs.get("vary") or []
+        vary = self.obs.vary
         recompiles = [c for c in self.compiles if c.get("recompile_reason")]
         self.measurements["recompiles"] = len(recompiles)
-        self.measurements["vary"] = vary
+        self.measurements["vary"] = [asdict(call) for call in vary]
         if not vary:
             return
-        dense_calls = sum(1 for call in vary if call["dense_forward"] or call["dense_backward"])
-        lengths = f"{vary[0]['kv_len']}..{vary[-1]['kv_len']}"
+        dense_calls = sum(1 for call in vary if call.dense_forward or call.dense_backward)
+        lengths = f"{vary[0].kv_len}..{vary[-1].kv_len}"
         over = len(recompiles) > self.budgets.max_recompiles
         explained = any(f.code in ("recompile-limit-fallback", "dynamo-skip-fallback") for f in self.findings)
         if over and not explained:
-            target_file = self.obs["target"].get("file")
+            target_file = self.obs.target.get("file")
             reasons = [parse_guard(c["recompile_reason"], target_file).expression for c in recompiles]
             self.findings.append(
                 finding(
@@ -482,7 +483,7 @@ class CheckCompileJudge(Judge):
         )
 
     def _graph_breaks(self) -> None:
-        breaks = self.obs.get("graph_breaks") or {}
+        breaks = self.obs.graph_breaks
         self.measurements["graph_breaks"] = sum(breaks.values())
         self._graph_break_check(breaks, "while the target ran")
 
@@ -496,8 +497,8 @@ class CheckCompileJudge(Judge):
             p["backward_s"] for n, p in self.phases.items() if n.startswith("target:warm") and "backward_s" in p
         ]
         self.measurements["phase_wall_s"] = {
-            "import": self.obs.get("import_s"),
-            "setup": self.obs.get("setup_s"),
+            "import": self.obs.import_s,
+            "setup": self.obs.setup_s,
             **{name: phase.get("wall_s") for name, phase in self.phases.items()},
         }
         self.measurements.update(
@@ -529,7 +530,7 @@ class CheckCompileJudge(Judge):
         )
 
     def _oom(self) -> None:
-        records = self.obs.get("oom") or []
+        records = self.obs.oom
         baseline = [r for r in records if not _is_target_phase(r["phase"])]
         if baseline:
             self.measurements["dense_baseline_oom"] = baseline[0]["message"]
@@ -548,5 +549,5 @@ class CheckCompileJudge(Judge):
         )
 
 
-def judge(observations: dict[str, Any], budgets: Budgets) -> ProbeResult:
-    return CheckCompileJudge(observations, budgets).judge()
+def judge(observations: CheckCompileObservations, budgets: Budgets) -> list[ProbeResult]:
+    return [CheckCompileJudge(observations, budgets).judge()]

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import asdict
 from typing import Any
 
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.cache import shared_filesystem_finding
 from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding, why_fla_cannot_run
+from dflashdoctor.observations import EnvObservations
 from dflashdoctor.report import Finding, ProbeResult
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|AUTH", re.IGNORECASE)
@@ -71,34 +74,34 @@ def redact(variables: dict[str, str]) -> dict[str, str]:
 
 
 class EnvJudge(Judge):
-    def __init__(self, obs: dict[str, Any]) -> None:
-        super().__init__("env")
-        self.obs = obs
-        self.cache_roots = obs.get("cache_roots", [])
+    def __init__(self, observations: EnvObservations, budgets: Budgets) -> None:
+        super().__init__("env", budgets)
+        self.obs = observations
+        self.cache_roots = observations.cache_roots
 
     def judge(self) -> ProbeResult:
         obs = self.obs
-        packages = obs["packages"]
+        packages = obs.packages
         fla = packages.get("fla-core") or packages.get("flash-linear-attention")
-        cuda = f"CUDA {obs['cuda']}, cuDNN {obs['cudnn']}" if obs.get("cuda") else "CPU build"
-        self._check("python", "info", f"{obs['python']} ({obs['executable']})")
-        self._check("torch", "info", f"{obs['torch']} ({cuda})")
+        cuda = f"CUDA {obs.cuda}, cuDNN {obs.cudnn}" if obs.cuda else "CPU build"
+        self._check("python", "info", f"{obs.python} ({obs.executable})")
+        self._check("torch", "info", f"{obs.torch} ({cuda})")
         versions = {name: packages.get(name) for name in ("triton", "transformers")} | {"fla": fla}
         self._check("libraries", "info", ", ".join(f"{k} {v or 'not installed'}" for k, v in versions.items()))
-        gpus = obs.get("gpus") or []
+        gpus = obs.gpus
         summary = ", ".join(f"{g['name']} (sm {g['capability']}, {size_text(g['memory_bytes'])})" for g in gpus)
-        self._check("gpus", "info", f"{summary}; driver {obs.get('driver')}" if gpus else "none visible to torch")
+        self._check("gpus", "info", f"{summary}; driver {obs.driver}" if gpus else "none visible to torch")
         for root in self.cache_roots:
             size = f"{size_text(root['bytes'])} in {root['files']} files" if root["exists"] else "not created yet"
             place = f", on {root['filesystem']}" if root.get("filesystem") else ""
             self._check(f"cache {root['kind']}", "info", f"{root['path']} ({root['source']}): {size}{place}")
-        variables = redact(obs.get("variables") or {})
+        variables = redact(obs.variables)
         self._hazards(variables)
         self._shared_roots()
         self._bytecode()
-        self._fla(obs.get("fla"))
+        self._fla(obs.fla)
         self._recompile_limit()
-        self.measurements.update({k: v for k, v in obs.items() if k not in ("variables", "cache_roots")})
+        self.measurements.update({k: v for k, v in asdict(obs).items() if k not in ("variables", "cache_roots")})
         self.measurements.update(variables=variables, cache_roots=self.cache_roots)
         return self.result()
 
@@ -145,7 +148,7 @@ class EnvJudge(Judge):
             self._check("cache places", "warn", summary, "cache-shared-filesystem")
 
     def _bytecode(self) -> None:
-        state = self.obs.get("bytecode")
+        state = self.obs.bytecode
         if not state or not state["packages"]:
             return
         packages = state["packages"]
@@ -168,10 +171,10 @@ class EnvJudge(Judge):
             why = "PYTHONDONTWRITEBYTECODE is set"
         else:
             why = "the interpreter runs with -B"
-        took = self.obs.get("import_torch_s")
+        took = self.obs.import_torch_s
         stuck_torch = any(p["package"] == "torch" for p in stuck)
         cost = f" Importing torch took {took:.1f} s in this probe." if stuck_torch and took is not None else ""
-        python = self.obs.get("executable") or "python"
+        python = self.obs.executable or "python"
         return finding(
             "bytecode-not-cached",
             f"{names}: no compiled bytecode, and none is written ({why}): every process compiles them",
@@ -190,9 +193,13 @@ class EnvJudge(Judge):
         )
 
     def _recompile_limit(self) -> None:
-        limit = self.obs.get("recompile_limit")
+        limit = self.obs.recompile_limit
         if limit is None:
             return
         changed = limit != DEFAULT_RECOMPILE_LIMIT
         note = f"{limit}" + (f" (torch's default is {DEFAULT_RECOMPILE_LIMIT})" if changed else " (default)")
         self._check("recompile limit", "info", f"{note}: past it, dynamo runs a frame eagerly (flex runs dense)")
+
+
+def judge(observations: EnvObservations, budgets: Budgets) -> list[ProbeResult]:
+    return [EnvJudge(observations, budgets).judge()]

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, frame_where
+from dflashdoctor.observations import RaceObservations
 from dflashdoctor.report import ProbeResult
+
+_RACE_ERRORS = ("autotuner-race", "concurrent-autotuner-entry")
 
 REFS = [
     "https://github.com/triton-lang/triton/issues/3095",
@@ -32,37 +36,61 @@ FIX_ADVICE = (
 
 
 class RaceJudge(Judge):
-    def __init__(self, obs: dict[str, Any]) -> None:
-        super().__init__("race")
-        self.obs = obs
-        self.fix = obs["fix"]
+    def __init__(self, observations: RaceObservations, budgets: Budgets) -> None:
+        super().__init__("race", budgets)
+        self.obs = observations
+        self.fix = observations.fix
 
     def judge(self) -> ProbeResult:
+        obs = self.obs
         self._audit()
-        if "forced_unfixed" in self.obs:  # the stub kernel: forced reproduction, then natural trials
-            self._reproduction()
-            if self.fix != "none":
-                self._fixed()
-            self._series(self.obs["natural"], "natural trials", "unforced trials")
-        if self.obs.get("kernel_skipped"):
-            self._check("real kernels", "skip", self.obs["kernel_skipped"])
-        if "reference" in self.obs:
-            self._reference(self.obs["reference"])
-        if "kernel_trials" in self.obs:
-            self.measurements["devices"] = self.obs["devices"]
-            self.measurements["live_autotuners"] = self.obs.get("live_autotuners")
-            self._series(self.obs["kernel_trials"], "kernel trials", "trials (each a fresh process, tuning cold)")
-            self._cold_tuning(self.obs["kernel_trials"])
-            self._reached(self.obs["kernel_trials"])
-        if self.obs.get("processes"):
-            self._processes()
+        if obs.forced_unfixed is not None:  # the stub kernel: forced reproduction, then natural trials
+            self._reproduction(obs.forced_unfixed)
+            if self.fix != "none" and obs.forced_fixed is not None:
+                self._fixed(obs.forced_fixed)
+            self._series(obs.natural, "natural trials", "unforced trials")
+        if obs.kernel_skipped:
+            self._check("real kernels", "skip", obs.kernel_skipped)
+        if obs.reference is not None:
+            self._reference(obs.reference)
+        if obs.kernel_trials is not None:
+            self.measurements["devices"] = obs.devices
+            self.measurements["live_autotuners"] = obs.live_autotuners
+            self._series(obs.kernel_trials, "kernel trials", "trials (each a fresh process, tuning cold)")
+            self._cold_tuning(obs.kernel_trials)
+            self._reached(obs.kernel_trials)
+        if obs.processes:
+            self._processes(obs.processes)
         self.measurements.update(
-            {key: self.obs.get(key) for key in ("triton", "torch", "fla", "kernel", "threads", "fix")}
+            triton=obs.triton, torch=obs.torch, fla=obs.fla, kernel=obs.kernel, threads=obs.threads, fix=obs.fix
         )
+        if self.budgets.held_by_gate:
+            self._for_the_pipeline()
         return self.result()
 
+    def _for_the_pipeline(self) -> None:
+        """The forced reproduction proves the installed triton's autotuner is racy; that is this
+        pipeline's error only when it runs autotuned kernels from several threads at once
+        (`threaded_autotuners`), otherwise a warning with the reproduction as evidence."""
+        if self.budgets.threaded_autotuners:
+            self._check("pipeline", "info", "threaded_autotuners = true: the race is this pipeline's error")
+            return
+        reproduction = [f for f in self.findings if f.code in _RACE_ERRORS]
+        if not reproduction:
+            return
+        self._accept(set(_RACE_ERRORS), "warn", "installed triton is racy")
+        shared = next((f for f in self.findings if f.code == "autotuner-shared-state"), None)
+        if shared is not None:
+            shared.evidence["forced_reproduction"] = [f"{f.code}: {f.title}" for f in reproduction]
+            shared.detail += (
+                " The forced reproduction failed here, so the installed triton has the race; the configured "
+                "pipeline does not run autotuned kernels from several threads (threaded_autotuners = false), "
+                "so it is a warning."
+            )
+        self._check("pipeline", "info", "threaded_autotuners = false: the race is reported as a warning")
+
     def _audit(self) -> None:
-        audits = self.obs["audit"]
+        audits = self.obs.audit
         self.measurements["audit"] = audits
         for audit in audits:
             name = f"audit {audit['cls'].rsplit('.', 1)[-1]}"
@@ -94,8 +122,7 @@ class RaceJudge(Judge):
             )
             self._check(name, "warn", f"{len(shared)} attributes of per-call state, no lock", "autotuner-shared-state")
 
-    def _reproduction(self) -> None:
-        trial = self.obs["forced_unfixed"]
+    def _reproduction(self, trial: dict[str, Any]) -> None:
         self.measurements["forced_unfixed"] = trial
         if not trial["failed"]:
             self._check(
@@ -111,8 +138,7 @@ class RaceJudge(Judge):
         else:
             self._check("forced race", "info", f"without a fix: {self._trial_summary(trial)}")
 
-    def _fixed(self) -> None:
-        trial = self.obs["forced_fixed"]
+    def _fixed(self, trial: dict[str, Any]) -> None:
         self.measurements["forced_fixed"] = trial
         codes = [self._failure(trial, f"The race still happens with --fix {self.fix}")] if trial["failed"] else []
         verdict = "fail" if trial["failed"] else "pass"
@@ -182,8 +208,7 @@ class RaceJudge(Judge):
             f"{impl}, {reference['tokens']} tokens",
         )
 
-    def _processes(self) -> None:
-        run = self.obs["processes"]
+    def _processes(self, run: dict[str, Any]) -> None:
         self.measurements["processes"] = run
         shared = run["distinct_processes"] < run["world"]
         ok = run["failures"] == 0 and not shared
@@ -284,7 +309,12 @@ class RaceJudge(Judge):
                     "launch_site": launch,
                     "stacks": stacks,
                     "concurrent_entries": trial["concurrent_entries"],
-                    "versions": {k: self.obs.get(k) for k in ("triton", "torch", "fla", "python")},
+                    "versions": {
+                        "triton": self.obs.triton,
+                        "torch": self.obs.torch,
+                        "fla": self.obs.fla,
+                        "python": self.obs.python,
+                    },
                 },
                 fix=FIX_ADVICE,
                 refs=REFS,
@@ -303,5 +333,5 @@ def _blame(trial: dict[str, Any]) -> str:
     return "autotuner-race" if inside or trial["concurrent_entries"] else "target-raised"
 
 
-def judge(observations: dict[str, Any]) -> ProbeResult:
-    return RaceJudge(observations).judge()
+def judge(observations: RaceObservations, budgets: Budgets) -> list[ProbeResult]:
+    return [RaceJudge(observations, budgets).judge()]

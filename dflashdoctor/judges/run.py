@@ -14,14 +14,15 @@ from typing import Any
 
 from dflashdoctor.agent.config import FINAL_SNAPSHOTS
 from dflashdoctor.agent.process import is_user_file
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, frame_where, size_text
 from dflashdoctor.judges.known_causes import known_cause
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
+from dflashdoctor.observations import RunObservations, TraceAttentionObservations, load
 from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import ProbeResult, Where
 from dflashdoctor.runs.events import ProcessLog
-from dflashdoctor.runs.watch import Outcome
 
 _AGENT_THREAD = "dflashdoctor-sampler"
 _STEPS_KEPT = 200
@@ -53,8 +54,8 @@ def _observations(log: ProcessLog) -> dict[str, Any]:
 
 
 class ProcessJudge(Judge):
-    def __init__(self, log: ProcessLog, hang_stacks: dict[str, Any] | None, stopped: bool) -> None:
-        super().__init__(log.label)
+    def __init__(self, log: ProcessLog, hang_stacks: dict[str, Any] | None, stopped: bool, budgets: Budgets) -> None:
+        super().__init__(log.label, budgets)
         self.log = log
         self.stopped = stopped
         self.hang_stacks = hang_stacks
@@ -77,7 +78,7 @@ class ProcessJudge(Judge):
         if self.log.instrumented is None:
             self._check("instrumented", "info", "never imported torch: only its exceptions and stacks are watched")
             return
-        traced = TraceAttentionJudge(self.obs).judge()
+        traced = TraceAttentionJudge(load(TraceAttentionObservations, self.obs), self.budgets).judge()
         self.findings += traced.findings
         self.checks += [c for c in traced.checks if c.name != "script"]
         self.measurements["call_sites"] = traced.measurements.get("call_sites", [])
@@ -285,18 +286,18 @@ def _signal_name(returncode: int) -> str:
 
 
 class RunJudge(Judge):
-    def __init__(self, logs: list[ProcessLog], outcome: Outcome, command: list[str]) -> None:
-        super().__init__("run")
-        self.logs = logs
-        self.outcome = outcome
-        self.command = command
+    def __init__(self, observations: RunObservations, budgets: Budgets) -> None:
+        super().__init__("run", budgets)
+        self.logs = observations.processes
+        self.outcome = observations.outcome
+        self.command = observations.command
 
     def judge(self) -> list[ProbeResult]:
         hang = self.outcome.hang or {}
         stacks = hang.get("stacks", {})
         shown = [log for log in self.logs if _worth_a_section(log) or log.pid in stacks]
         stopped = self.outcome.stopped_by_doctor
-        sections = [ProcessJudge(log, stacks.get(log.pid), stopped).judge() for log in shown]
+        sections = [ProcessJudge(log, stacks.get(log.pid), stopped, self.budgets).judge() for log in shown]
         self._overview(shown)
         overview = self.result()
         if self.outcome.interrupted:
@@ -386,3 +387,7 @@ class RunJudge(Judge):
                 fix="Read the uncaught exceptions and out-of-memory findings below, or the command's own output.",
             )
         )
+
+
+def judge(observations: RunObservations, budgets: Budgets) -> list[ProbeResult]:
+    return RunJudge(observations, budgets).judge()

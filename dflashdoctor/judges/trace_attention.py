@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, count_text, size_text
 from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, recompile_limit_record, skipped_frame_record
 from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding
+from dflashdoctor.observations import TraceAttentionObservations
 from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import ProbeResult, Where
 
 _FLEX = "flex_attention"
+# How a call reached attention: through transformers' attention interface, a layer's own forward
+# (a linear-attention layer), the user's compiled wrapper, flex_attention itself, or not at all (a
+# layer the step never reached, listed from the module tree).
+Path = Literal["transformers-interface", "module-forward", "compiled-wrapper", "raw-flex", "module-tree"]
 _HF_FLEX_FIX = (
     "If you compile your own flex_attention wrapper, register it for the model: "
     "`AttentionInterface.register('flex_attention', your_wrapper)`; otherwise transformers compiles "
@@ -49,16 +55,22 @@ _CARRIED = (
 )
 
 
-def _row(site: dict[str, Any], *, origin: str, via: str, impl: str, verdict: str) -> dict[str, Any]:
-    """A report row: what the recorder saw, plus the judged origin, via and verdict.
+def _row(site: dict[str, Any], *, origin: str, path: Path, via: str, impl: str, verdict: str) -> dict[str, Any]:
+    """A report row: what the recorder saw, plus the judged origin, path, via and verdict. `path` and
+    `in_outer_region` are what the judge reasons on; `via` is the same said for a reader.
 
     A call inside an outer compiled region runs no Python, so it is counted in graphs, not calls; the
     judge later claims the dense kernels whose stack passes through it.
     """
     row = {key: site.get(key) for key in _CARRIED}
-    if site.get("in_compiled_region"):
+    in_outer_region = bool(site.get("in_compiled_region"))
+    if in_outer_region:
         via = f"{_OUTER_REGION} (backend {site.get('backend')}): {via}"
-    return {**row, "origin": origin, "via": via, "impl": impl, "verdict": verdict, "cause": None}
+    return {
+        **row,
+        **{"origin": origin, "path": path, "in_outer_region": in_outer_region, "via": via, "impl": impl},
+        **{"verdict": verdict, "cause": None},
+    }
 
 
 def _ran_dense(site: dict[str, Any]) -> bool:
@@ -68,7 +80,8 @@ def _ran_dense(site: dict[str, Any]) -> bool:
 def call_site(site: dict[str, Any]) -> dict[str, Any]:
     """The report row of a call seen through transformers' attention interface or a module hook."""
     flex = site["impl"] == _FLEX
-    if site["impl"] == "module-forward":
+    path: Path = "module-forward" if site["impl"] == "module-forward" else "transformers-interface"
+    if path == "module-forward":
         via = f"module forward ({site['module_class']})"
     elif flex:
         via = "transformers attention interface: flex_attention (HF's compiled singleton)"
@@ -76,35 +89,38 @@ def call_site(site: dict[str, Any]) -> dict[str, Any]:
         via = f"transformers attention interface: {site['impl']}"
     verdict = ("dense despite compile" if _ran_dense(site) else "fused") if flex else "not flex"
     origin = _origin(site.get("file")) if site.get("file") else "transformers"
-    if site["impl"] != "module-forward" and origin != "transformers":  # the caller's code, through transformers
+    if path != "module-forward" and origin != "transformers":  # the caller's code, through transformers
         origin = f"{origin} via transformers"
-    return _row(site, origin=origin, via=via, impl=site["impl"], verdict=verdict)
+    return _row(site, origin=origin, path=path, via=via, impl=site["impl"], verdict=verdict)
 
 
 def user_site(site: dict[str, Any]) -> dict[str, Any]:
     """The report row of a flex_attention call made through the user's own reference."""
     shown, more = site["wrapper_names"][:3], len(site["wrapper_names"]) - 3
     names = ", ".join(f"`{n}`" for n in shown) + (f" and {more} more" if more > 0 else "") or "an unnamed wrapper"
+    path: Path
     if site["via"] == "compiled wrapper":
+        path = "compiled-wrapper"
         via = f"user compiled wrapper {names} (torch.compile at {site['compiled_at']}, backend {site['backend']})"
         verdict = "dense despite compile" if _ran_dense(site) else "fused"
     else:
+        path = "raw-flex"
         via = "raw flex_attention" + ("" if site.get("in_compiled_region") else " (not compiled)")
         verdict = "dense" if _ran_dense(site) else "fused"
-    row = _row(site, origin=_origin(site["file"]), via=via, impl=_FLEX, verdict=verdict)
+    row = _row(site, origin=_origin(site["file"]), path=path, via=via, impl=_FLEX, verdict=verdict)
     return {**row, "wrapper_names": site["wrapper_names"]}
 
 
-def dense_cause(row: dict[str, Any], obs: dict[str, Any]) -> str:
+def dense_cause(row: dict[str, Any], observations: TraceAttentionObservations) -> str:
     """Why a flex site ran dense, from how it was called and what dynamo recorded."""
     backend = row.get("backend")
-    if row["via"].startswith("raw flex_attention"):
+    if row["path"] == "raw-flex" and not row["in_outer_region"]:
         return "never compiled: flex_attention called directly runs its dense kernel"
     if backend in DENSE_BACKENDS:
         return f"eager backend: torch.compile(backend={backend!r}) never reaches Inductor, so flex runs dense"
-    if obs.get("dynamo_disabled"):
+    if observations.dynamo_disabled:
         return "dynamo disabled (TORCHDYNAMO_DISABLE=1 or torch._dynamo.config.disable): nothing is compiled"
-    compiles = obs.get("compiles") or []
+    compiles = observations.compiles
     limit = recompile_limit_record(compiles)
     if limit:
         reason = first_line(limit.get("fail_reason"), "")
@@ -128,38 +144,38 @@ def _site_where(site: dict[str, Any]) -> Where:
 
 
 class TraceAttentionJudge(Judge):
-    def __init__(self, obs: dict[str, Any]) -> None:
-        super().__init__("trace-attention")
-        self.obs = obs
-        self.model = obs.get("traced_model")
-        self.script = obs.get("traced_script")
-        self.drafter = obs.get("traced_drafter")
-        parts = [p for p in (self.model, self.drafter, self.script) if p]
+    def __init__(self, observations: TraceAttentionObservations, budgets: Budgets) -> None:
+        super().__init__("trace-attention", budgets)
+        self.obs = observations
+        self.model = observations.traced_model
+        self.script = observations.traced_script
+        self.drafter = observations.traced_drafter
+        parts = observations.parts()
         self.sites = [call_site(s) for part in parts for s in part["sites"]]
         self.sites += [user_site(s) for part in parts for s in part.get("flex_sites", [])]
-        self.unclaimed = [e for e in obs.get("dense_events", []) if not e.get("forward_site")]
+        self.unclaimed = [e for e in observations.dense_events if not e.forward_site]
         self._claim_outer_region_events()
         self._layers_from_the_tree()
         for row in self.sites:
             if row["impl"] == _FLEX and _ran_dense(row):
-                row["cause"] = dense_cause(row, obs)
+                row["cause"] = dense_cause(row, observations)
 
     def _claim_outer_region_events(self) -> None:
         """Dense forward kernels run from inside an outer compiled graph belong to the site whose
         file and function are on their stack (the graph runs in the user's frame)."""
         for row in self.sites:
-            if not row["via"].startswith(_OUTER_REGION):
+            if not row["in_outer_region"]:
                 continue
             frame = (f"{row['file']}:", f" in {row['function']}")
             mine = [
                 e
                 for e in self.unclaimed
-                if e["kind"] == "forward" and any(s.startswith(frame[0]) and s.endswith(frame[1]) for s in e["stack"])
+                if e.kind == "forward" and any(s.startswith(frame[0]) and s.endswith(frame[1]) for s in e.stack)
             ]
             if mine:
                 row["dense_forward"] = len(mine)
-                row["score_matrix_bytes"] = max(e["score_matrix_bytes"] for e in mine)
-                peaks = [e["peak_bytes"] for e in mine if e["peak_bytes"] is not None]
+                row["score_matrix_bytes"] = max(e.score_matrix_bytes for e in mine)
+                peaks = [e.peak_bytes for e in mine if e.peak_bytes is not None]
                 row["dense_forward_peak_bytes"] = max(peaks) if peaks else None
                 row["verdict"] = "dense despite compile"
                 self.unclaimed = [e for e in self.unclaimed if e not in mine]
@@ -197,6 +213,7 @@ class TraceAttentionJudge(Judge):
             _row(
                 {"module": layer["module"], "calls": 0},
                 origin="transformers",
+                path="module-tree",
                 via=f"module tree ({layer['class']}): configured {layer['configured']}",
                 impl=layer["configured"],
                 verdict="did not run: the step stopped before it",
@@ -206,8 +223,9 @@ class TraceAttentionJudge(Judge):
         ]
 
     def _instrumentation(self) -> None:
-        parts = (self.obs, self.model or {}, self.drafter or {}, self.script or {})
-        reasons = sorted({part["hook_unavailable"] for part in parts if part.get("hook_unavailable")})
+        parts = self.obs.parts()
+        reasons = {part["hook_unavailable"] for part in parts if part.get("hook_unavailable")}
+        reasons = sorted(reasons | ({self.obs.hook_unavailable} if self.obs.hook_unavailable else set()))
         for reason in reasons:
             self.findings.append(
                 finding(
@@ -317,7 +335,7 @@ class TraceAttentionJudge(Judge):
         self._check(check, "fail", f"{what} raised {error['type']}", "target-raised")
 
     def _graph_breaks(self) -> None:
-        breaks = self.obs.get("graph_breaks") or {}
+        breaks = self.obs.graph_breaks
         self.measurements["graph_breaks"] = breaks
         self._graph_break_check(breaks, "in the traced run")
 
@@ -326,7 +344,7 @@ class TraceAttentionJudge(Judge):
         a reference bound before tracing started): one finding per direction, with the phase and
         the first frame outside torch, if any."""
         for direction in ("forward", "backward"):
-            events = [e for e in self.unclaimed if e["kind"] == direction]
+            events = [e for e in self.unclaimed if e.kind == direction]
             if not events:
                 continue
             first = events[0]
@@ -335,13 +353,13 @@ class TraceAttentionJudge(Judge):
                     f"dense-{direction}",
                     f"flex_attention {direction} ran the dense kernel {len(events)} times for calls no recorder saw",
                     detail=(
-                        f"First in {first['phase']} for q {first['q_shape']} kv {first['kv_shape']} {first['dtype']}, "
-                        f"building a float32 score matrix of {size_text(first['score_matrix_bytes'])} per call. Likely "
+                        f"First in {first.phase} for q {first.q_shape} kv {first.kv_shape} {first.dtype}, "
+                        f"building a float32 score matrix of {size_text(first.score_matrix_bytes)} per call. Likely "
                         "causes: a flex_attention reference bound before tracing started, or a call inside a "
                         "compiled region the recorders could not see."
                     ),
-                    where=Where(**first["site"]) if first.get("site") else None,
-                    evidence={f"dense_{direction}_calls": len(events), "events": events[:8]},
+                    where=Where(**first.site) if first.site else None,
+                    evidence={f"dense_{direction}_calls": len(events), "events": [e.to_dict() for e in events[:8]]},
                     fix="Call flex_attention through a wrapper compiled once with the default (Inductor) backend; "
                     "a fused forward under torch.compile also fuses its backward.",
                 )
@@ -374,7 +392,7 @@ class TraceAttentionJudge(Judge):
         flex = [s for s in self.sites if s["impl"] == _FLEX]
         if not flex:
             return
-        hf = [s for s in flex if "transformers attention interface" in s["via"]]
+        hf = [s for s in flex if s["path"] == "transformers-interface"]
         if hf:
             self.findings.append(
                 finding(
@@ -394,7 +412,7 @@ class TraceAttentionJudge(Judge):
             self._dense_site_findings(site)
         self._repeat_kv(hf)
         calls = sum(s["calls"] for s in flex)
-        in_graphs = sum(s["via"].startswith(_OUTER_REGION) for s in flex)
+        in_graphs = sum(s["in_outer_region"] for s in flex)
         self._check(
             "flex calls",
             "fail" if dense else "pass",
@@ -406,7 +424,7 @@ class TraceAttentionJudge(Judge):
         )
 
     def _bypasses(self) -> None:
-        expected = self.obs.get("expect_wrapper")
+        expected = self.obs.expect_wrapper
         if not expected:
             return
         module_part, _, attr = expected.rpartition(":")
@@ -469,5 +487,5 @@ class TraceAttentionJudge(Judge):
         )
 
 
-def judge(observations: dict[str, Any]) -> ProbeResult:
-    return TraceAttentionJudge(observations).judge()
+def judge(observations: TraceAttentionObservations, budgets: Budgets) -> list[ProbeResult]:
+    return [TraceAttentionJudge(observations, budgets).judge()]

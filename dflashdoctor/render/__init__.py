@@ -30,9 +30,12 @@ FORMATS: dict[str, Callable[[Report], str]] = {
 FILES = {"report.json": "json", "report.html": "html", "report.md": "md", "junit.xml": "junit", "report.sarif": "sarif"}
 
 
-def write_report_dir(report: Report, directory: Path) -> Path:
-    """Write every file format into `directory` (created if needed); returns the directory."""
+def write_report_dir(report: Report, directory: Path, observations: str | None = None) -> Path:
+    """Write every file format into `directory` (created if needed), and `observations.json` when
+    given (`Report.observations_json`); returns the directory."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, format_name in FILES.items():
         (directory / name).write_text(FORMATS[format_name](report), encoding="utf-8")
+    if observations is not None:
+        (directory / "observations.json").write_text(observations, encoding="utf-8")
     return directory

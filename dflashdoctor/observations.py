@@ -1,0 +1,219 @@
+"""What each probe reports, typed: the one shape the probed side writes and the judges read.
+
+A probe builds its observations as plain JSON (it may run in another interpreter, over ssh); the
+doctor side loads them with `load`, which turns nested dicts into these dataclasses by their type
+hints. A key this version does not know is ignored and a missing one takes its default, so an
+`observations.json` kept from another version still loads. Standard library only: the probed side
+imports `DenseEvent` from here.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dflashdoctor.cache.model import RootScan
+from dflashdoctor.cache.quarantine import RepairLog
+from dflashdoctor.runs.events import ProcessLog, read_logs
+from dflashdoctor.runs.watch import Outcome
+
+T = TypeVar("T")
+
+
+class ObservationsError(ValueError):
+    """Observations that do not have the shape their probe writes (a damaged or foreign file)."""
+
+
+@dataclass
+class DenseEvent:
+    """One execution of a dense flex_attention kernel: what it computed and who asked for it."""
+
+    kind: str  # "forward" or "backward"
+    phase: str
+    q_shape: list[int]
+    kv_shape: list[int]
+    dtype: str
+    device: str
+    score_matrix_bytes: int
+    site: dict[str, Any] | None
+    stack: list[str] = field(default_factory=list)
+    thread: str = ""
+    forward_site: dict[str, Any] | None = None  # the forward call site it was charged to, if any
+    peak_bytes: int | None = None  # CUDA memory the kernel added at its peak, when measured
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class VaryCall:
+    """check-compile: the target at one more context length."""
+
+    kv_len: int
+    dense_forward: int = 0
+    dense_backward: int = 0
+    forward_s: float | None = None
+    compiles: int = 0
+
+
+@dataclass
+class CheckCompileObservations:
+    device: str = "cpu"
+    device_name: str = "cpu"
+    torch: str | None = None
+    python: str | None = None
+    shape: dict[str, Any] = field(default_factory=dict)  # AttentionShape's fields
+    mask: str = "dflash"
+    backward_checked: bool = False
+    target: dict[str, Any] = field(default_factory=dict)  # targets.TargetInfo
+    hook_unavailable: str | None = None
+    dynamo_watch_unavailable: str | None = None
+    recompile_limit: int | None = None
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # "target:first", "eager:backward", ...
+    numerics: dict[str, Any] = field(default_factory=dict)
+    vary: list[VaryCall] = field(default_factory=list)
+    dense_events: list[DenseEvent] = field(default_factory=list)
+    compiles: list[dict[str, Any]] = field(default_factory=list)
+    graph_breaks: dict[str, int] = field(default_factory=dict)
+    oom: list[dict[str, Any]] = field(default_factory=list)  # one record per phase that ran out of memory
+    target_error: dict[str, Any] | None = None
+    import_s: float | None = None
+    setup_s: float | None = None
+
+
+@dataclass
+class TraceAttentionObservations:
+    """The traced parts (a model preset, the reference drafter, a script) each keep their own
+    record of sites; the dense kernels, compiles and graph breaks are the whole run's."""
+
+    device: str = "cpu"
+    torch: str | None = None
+    python: str | None = None
+    transformers: str | None = None
+    expect_wrapper: str | None = None
+    traced_model: dict[str, Any] | None = None
+    traced_drafter: dict[str, Any] | None = None
+    traced_script: dict[str, Any] | None = None
+    compiles: list[dict[str, Any]] = field(default_factory=list)
+    graph_breaks: dict[str, int] = field(default_factory=dict)
+    dynamo_disabled: bool = False
+    dense_events: list[DenseEvent] = field(default_factory=list)
+    hook_unavailable: str | None = None
+
+    def parts(self) -> list[dict[str, Any]]:
+        return [p for p in (self.traced_model, self.traced_drafter, self.traced_script) if p]
+
+
+@dataclass
+class RaceObservations:
+    """The stub kernel's trials (forced and natural), or a real kernel's (`kernel_trials`)."""
+
+    python: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    fla: str | None = None
+    kernel: str = "stub"
+    threads: int = 2
+    fix: str = "none"
+    audit: list[dict[str, Any]] = field(default_factory=list)  # autotune.audit.ClassAudit
+    forced_unfixed: dict[str, Any] | None = None  # autotune.trials.Trial
+    forced_fixed: dict[str, Any] | None = None
+    natural: list[dict[str, Any]] = field(default_factory=list)
+    processes: dict[str, Any] | None = None
+    kernel_skipped: str | None = None
+    live_autotuners: Any = None
+    devices: list[str] = field(default_factory=list)
+    reference: dict[str, Any] | None = None
+    kernel_trials: list[dict[str, Any]] | None = None  # autotune.kernel_runs: one per fresh process
+
+
+@dataclass
+class EnvObservations:
+    python: str | None = None
+    executable: str | None = None
+    platform: str | None = None
+    packages: dict[str, str | None] = field(default_factory=dict)
+    driver: str | None = None
+    variables: dict[str, str] = field(default_factory=dict)
+    cache_roots: list[dict[str, Any]] = field(default_factory=list)
+    bytecode: dict[str, Any] = field(default_factory=dict)
+    fla: dict[str, Any] | None = None
+    torch: str | None = None
+    import_torch_s: float | None = None
+    cuda: str | None = None
+    cudnn: int | str | None = None
+    cuda_available: bool = False
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    recompile_limit: int | None = None
+    dynamo_disabled: bool | None = None
+
+
+@dataclass
+class CacheObservations:
+    """What `cache check`, `fix` or `restore` saw and did, on the doctor's own machine."""
+
+    scans: list[RootScan] = field(default_factory=list)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # root path -> its filesystem's facts
+    log: RepairLog = field(default_factory=RepairLog)
+
+
+@dataclass
+class RunObservations:
+    """`run`: the command, how it ended, and every process's events (kept in the report folder's
+    `events/`, one JSON-lines file per process, which `processes` is read back from)."""
+
+    command: list[str] = field(default_factory=list)
+    outcome: Outcome = field(default_factory=lambda: Outcome(returncode=None, duration_s=0.0))
+    processes: list[ProcessLog] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """observations.json's part: the events stay in their files."""
+        return {"command": self.command, "outcome": asdict(self.outcome), "events": "events"}
+
+    @classmethod
+    def read(cls, data: dict[str, Any], events: Path) -> RunObservations:
+        run = load(cls, {k: v for k, v in data.items() if k != "processes"})
+        run.processes = read_logs(events)
+        return run
+
+
+def load(cls: type[T], data: Any) -> T:
+    """`cls` (a dataclass) from its JSON form, nested dataclasses included."""
+    if not isinstance(data, dict):
+        raise ObservationsError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    values = {f.name: _typed(hints[f.name], data[f.name]) for f in fields(cls) if f.name in data}  # type: ignore[arg-type]
+    missing = [
+        f.name
+        for f in fields(cls)  # type: ignore[arg-type]
+        if f.name not in values and f.default is MISSING and f.default_factory is MISSING
+    ]
+    if missing:
+        raise ObservationsError(f"{cls.__name__}: missing {', '.join(missing)}")
+    return cls(**values)
+
+
+def _typed(hint: Any, value: Any) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if isinstance(hint, type) and is_dataclass(hint):
+        return load(hint, value)
+    if origin is list and isinstance(value, list) and args:
+        return [_typed(args[0], item) for item in value]
+    if origin is tuple and isinstance(value, list | tuple) and len(args) == len(value):
+        return tuple(_typed(arg, item) for arg, item in zip(args, value, strict=True))
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        for arg in args:  # the first dataclass member that fits a dict; anything else as it came
+            if isinstance(arg, type) and is_dataclass(arg) and isinstance(value, dict):
+                return load(arg, value)
+    return value
+
+
+def dump(observations: Any) -> dict[str, Any]:
+    """The JSON form `load` reads back."""
+    return asdict(observations)

@@ -1,0 +1,11 @@
+"""Every probe, by name: the one place the CLI, the gate and the runner look a probe up."""
+
+from __future__ import annotations
+
+from dflashdoctor.commands import cache, check_compile, env, race, run, trace_attention
+from dflashdoctor.probe_spec import ProbeSpec
+
+PROBES: dict[str, ProbeSpec] = {
+    spec.name: spec for spec in (env.SPEC, check_compile.SPEC, trace_attention.SPEC, race.SPEC, cache.SPEC, run.SPEC)
+}
+GATE_PROBES = tuple(name for name, spec in PROBES.items() if spec.from_gate is not None)
