@@ -177,6 +177,9 @@ class RunObservations:
     @classmethod
     def read(cls, data: dict[str, Any], events: Path) -> RunObservations:
         run = load(cls, {k: v for k, v in data.items() if k != "processes"})
+        hang = run.outcome.hang
+        if hang and isinstance(hang.get("stacks"), dict):  # JSON made the pids strings
+            hang["stacks"] = {int(pid): stacks for pid, stacks in hang["stacks"].items()}
         run.processes = read_logs(events)
         return run
 

@@ -1,10 +1,11 @@
 """The report model: one serialisable session object that every renderer draws from.
 
 Standard library only, because the probed side builds parts of it too. The schema is
-`dflashdoctor.report/1`; two parts are optional lists on ProbeResult: `checks` (one line per question the
-probe answered, which the terminal view lists first) and `comparisons` (numbers people compare,
-which the HTML view draws as bar charts). A report written by an older version reads back with
-both empty.
+`dflashdoctor.report/1`; parts added since are optional on ProbeResult: `checks` (one line per question the
+probe answered, which the terminal view lists first), `comparisons` (numbers people compare,
+which the HTML view draws as bar charts), `tables` (rows such as call sites) and `subject`. A
+report written by an older version reads back with them empty (`dflashdoctor show` fills `tables`
+and `subject` from its measurements).
 """
 
 from __future__ import annotations
@@ -81,9 +82,21 @@ class Comparison:
 
 
 @dataclass
+class Table:
+    """Rows a reader scans, such as a trace's call sites, already worded: every renderer draws any
+    table the same way and knows nothing of the probe that made it."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    wide_columns: list[str] = field(default_factory=list)  # left to the report files: a terminal is narrow
+
+
+@dataclass
 class ProbeResult:
     """One section of a report. `status` is settled by `settle` when the report is finished: only
-    "error" (the probe crashed or was cut short) and "skipped" (it did not apply) are set by hand."""
+    "error" (the probe crashed or was cut short) and "skipped" (it did not apply) are set by hand.
+    `subject` says in one line what the section examined (a shape, a device), for the report's header."""
 
     probe: str
     status: ProbeStatus = "pass"
@@ -92,6 +105,8 @@ class ProbeResult:
     measurements: dict[str, Any] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    subject: str = ""
 
     def settle(self) -> None:
         """The one pass/fail rule: a section fails when any finding is an error or any check failed.
@@ -175,5 +190,6 @@ def probe_result_from_dict(data: dict[str, Any]) -> ProbeResult:
             "comparisons": [
                 Comparison(**{**c, "bars": [Bar(**b) for b in c.get("bars", [])]}) for c in data.get("comparisons", [])
             ],
+            "tables": [Table(**t) for t in data.get("tables", [])],
         }
     )

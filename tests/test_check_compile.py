@@ -12,7 +12,7 @@ import pytest
 
 FAULTS = "dflashdoctor.reference.faults"
 ENTRY = "flex_attention_forward"
-REPORT_FILES = {"report.json", "report.html", "report.md", "junit.xml", "report.sarif"}
+REPORT_FILES = {"report.json", "report.html", "report.md", "junit.xml", "report.sarif", "observations.json"}
 
 
 def test_healthy_reference_passes(cli):

@@ -232,7 +232,9 @@ def test_audit_reads_per_call_state_and_a_subclass_lock():
 
 
 def test_overlap_in_runs_that_did_not_crash_is_an_error():
+    from dflashdoctor.budgets import Budgets
     from dflashdoctor.judges.race import judge
+    from dflashdoctor.observations import RaceObservations, load
 
     entry = {
         "kernel": "add_kernel",
@@ -249,7 +251,7 @@ def test_overlap_in_runs_that_did_not_crash_is_an_error():
         "forced_unfixed": {**quiet, "forced": True, "concurrent_entries": [], "failed": False},
         "natural": [{**quiet, "concurrent_entries": [entry], "failed": False}],
     }
-    result = judge(observations)
+    (result,) = judge(load(RaceObservations, observations), Budgets())
     (overlap,) = [f for f in result.findings if f.code == "concurrent-autotuner-entry"]
     assert overlap.severity == "error" and overlap.evidence["event"]["threads"] == ["worker-0", "worker-1"]
     assert result.status == "fail"

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
+from typing import Any
 
 from dflashdoctor.errors import BadInput
+from dflashdoctor.judges.tables import call_site_table, shape_subject
 from dflashdoctor.report import SCHEMA, Report
 
 _MOST_BYTES = 256 * 2**20  # a report is kilobytes; a run's with many processes, a few megabytes
@@ -38,9 +40,24 @@ def load_report(path: Path) -> Report:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise BadInput(f"{path} is not a dflashdoctor report (its schema is not {SCHEMA})")
     try:
-        return Report.from_dict(data)
+        report = Report.from_dict(data)
+        _fill_earlier_sections(report, data["results"])
+        return report
     except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise BadInput(f"{path} is a damaged {SCHEMA} document: {type(exc).__name__}: {exc}") from None
+
+
+def _fill_earlier_sections(report: Report, sections: list[dict[str, Any]]) -> None:
+    """A report written before sections carried their own tables and subject line: both made from
+    the measurements that version kept, so that it renders as it did."""
+    env = report.environment
+    for result, section in zip(report.results, sections, strict=True):
+        sites, shape = result.measurements.get("call_sites"), result.measurements.get("shape")
+        if "tables" not in section and sites:
+            result.tables = [call_site_table(sites)]
+        if "subject" not in section and shape:
+            mask = result.measurements.get("mask")
+            result.subject = shape_subject(env.get("device", "?"), env.get("device_name", "?"), shape, mask)
 
 
 def show(path: Path, format_name: str, *, verbose: bool) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
-from dflashdoctor.report import Check, CheckStatus, Comparison, Finding, ProbeResult, Where
+from dflashdoctor.report import Check, CheckStatus, Comparison, Finding, ProbeResult, Table, Where
 
 _FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+) in (?P<function>\S+)$")
 
@@ -43,6 +43,8 @@ class Judge:
         self.checks: list[Check] = []
         self.measurements: dict[str, Any] = {}
         self.comparisons: list[Comparison] = []
+        self.tables: list[Table] = []
+        self.subject = ""
 
     def _check(self, name: str, status: CheckStatus, summary: str, *codes: str) -> None:
         """One verdict line, with the finding codes it stands for."""
@@ -112,6 +114,8 @@ class Judge:
             measurements=self.measurements,
             checks=self.checks,
             comparisons=self.comparisons,
+            tables=self.tables,
+            subject=self.subject,
         )
         result.settle()
         return result

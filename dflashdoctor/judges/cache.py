@@ -104,14 +104,18 @@ class CacheJudge(Judge):
         stale = [p for p in live if p.kind == "stale"]
         if stale:
             self._stale(scan, stale)
+        before = len(self.findings)
         self._surroundings(scan)
+        place = self.findings[before:]  # where the root lives: a network filesystem, no space, not writable
         broken = [p for p in live if p.kind in _CODES]
-        status = "fail" if any(p.kind in ("corrupt", "unreadable") for p in broken) else "warn" if broken else "pass"
+        failed = any(p.kind in ("corrupt", "unreadable") for p in broken) or any(f.severity == "error" for f in place)
+        status = "fail" if failed else "warn" if broken or place else "pass"
         summary = (
             f"{scan.entries} entries, {scan.files} files, {size_text(scan.bytes)} in {scan.seconds} s ({scan.source}); "
-            + (f"{len(broken)} broken or left over" if broken else "all intact")
+            + (f"{len(broken)} broken or left over" if broken else "entries intact" if place else "all intact")
+            + (f"; {', '.join(f.title for f in place)}" if place else "")
         )
-        self._check(name, status, summary, *sorted({_CODES[p.kind] for p in broken}))
+        self._check(name, status, summary, *sorted({_CODES[p.kind] for p in broken} | {f.code for f in place}))
 
     def _problem(self, scan: RootScan, problem: Problem) -> None:
         what = "folder" if not problem.entry.endswith(".tmp") else "file"

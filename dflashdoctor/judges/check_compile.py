@@ -17,6 +17,7 @@ from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, RAISED, recompile_limit_record, skipped_frame_record
+from dflashdoctor.judges.tables import shape_subject
 from dflashdoctor.observations import CheckCompileObservations
 from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import Bar, Comparison, ProbeResult, Where
@@ -107,6 +108,7 @@ class CheckCompileJudge(Judge):
         self._timing()
         self._oom()
         self.measurements.update(shape=self.obs.shape, mask=self.obs.mask)
+        self.subject = shape_subject(self.obs.device, self.obs.device_name, self.obs.shape, self.obs.mask)
         return self.result()
 
     def _instrumentation(self) -> None:

@@ -82,6 +82,7 @@ class ProcessJudge(Judge):
         self.findings += traced.findings
         self.checks += [c for c in traced.checks if c.name != "script"]
         self.measurements["call_sites"] = traced.measurements.get("call_sites", [])
+        self.tables += traced.tables
         self.measurements["graph_breaks"] = traced.measurements.get("graph_breaks", {})
         for reason in self.obs.get("unavailable", []):
             self.findings.append(

@@ -16,6 +16,7 @@ from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, count_text, size_text
 from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, recompile_limit_record, skipped_frame_record
 from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding
+from dflashdoctor.judges.tables import call_site_table
 from dflashdoctor.observations import TraceAttentionObservations
 from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import ProbeResult, Where
@@ -194,6 +195,7 @@ class TraceAttentionJudge(Judge):
         self._graph_breaks()
         self._bypasses()
         self.measurements["call_sites"] = self.sites + self._layers_not_run()
+        self.tables.append(call_site_table(self.measurements["call_sites"]))
         return self.result()
 
     def _layers_from_the_tree(self) -> None:

@@ -11,17 +11,9 @@ CHECK_MARKS = {"pass": "PASS", "fail": "FAIL", "warn": "WARN", "info": "INFO", "
 
 
 def subject(report: Report) -> str:
-    """One line naming what was examined: target, device, shape, mask, torch."""
+    """One line naming what was examined: the target, each section's subject, torch."""
     env = report.environment
-    parts = [env.get("target", "")]
-    for result in report.results:
-        shape = result.measurements.get("shape")
-        if shape:
-            parts.append(
-                f"{env.get('device', '?')} ({env.get('device_name', '?')}) · B{shape['batch']} "
-                f"H{shape['heads']}/{shape['kv_heads']} q{shape['q_len']} kv{shape['kv_len']} "
-                f"d{shape['head_dim']} {shape['dtype']} · mask {result.measurements.get('mask')}"
-            )
+    parts = [env.get("target", ""), *(result.subject for result in report.results)]
     if env.get("torch"):
         parts.append(f"torch {env['torch']}")
     return " · ".join(p for p in parts if p)
@@ -53,9 +45,6 @@ def scalar_measurements(measurements: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in measurements.items() if not isinstance(v, dict | list)}
 
 
-SITE_COLUMNS = ("module", "impl", "calls", "verdict", "origin", "where")
-
-
 def repo_path(file: str) -> str:
     """A path as code-scanning and annotations match it to the repository: relative to the current
     folder when under it, else absolute."""
@@ -64,15 +53,3 @@ def repo_path(file: str) -> str:
         return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
     except (ValueError, OSError):
         return path.as_posix()
-
-
-def site_rows(measurements: dict[str, Any]) -> list[tuple[str, ...]]:
-    """The call-site table of a trace, one tuple of SITE_COLUMNS per site (empty when none)."""
-    rows = []
-    for site in measurements.get("call_sites") or []:
-        where = f"{site.get('file')}:{site.get('line')}" if site.get("file") else ""
-        graphs = site.get("compiled_into_graphs")
-        calls = f"in {graphs} graph{'s' * (graphs > 1)}" if graphs and not site["calls"] else str(site["calls"])
-        name = site["module"] or site.get("function") or ""  # a call at a script's top level has no module
-        rows.append((name, site["impl"], calls, site["verdict"], site.get("origin", ""), where))
-    return rows

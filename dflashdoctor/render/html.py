@@ -12,10 +12,8 @@ from html import escape
 
 from dflashdoctor.render.common import (
     CHECK_MARKS,
-    SITE_COLUMNS,
     format_value,
     scalar_measurements,
-    site_rows,
     subject,
     verdict_line,
 )
@@ -104,11 +102,11 @@ def render_html(report: Report) -> str:
                 for c in result.checks
             )
             body.append(f"<table><tr><th>check</th><th>result</th><th>summary</th></tr>{rows}</table>")
-        rows = site_rows(result.measurements)
-        if rows:
-            head = "".join(f"<th>{escape(c)}</th>" for c in SITE_COLUMNS)
-            body_rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-            body.append(f"<h3>Call sites</h3><table><tr>{head}</tr>{body_rows}</table>")
+        for table in result.tables:
+            if table.rows:
+                head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
+                rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+                body.append(f"<h3>{escape(table.title.capitalize())}</h3><table><tr>{head}</tr>{rows}</table>")
         charts = [c for c in result.comparisons if c.bars]
         if charts:
             body.append('<div class="charts">' + "".join(_chart(c) for c in charts) + "</div>")

@@ -7,10 +7,8 @@ import json
 
 from dflashdoctor.render.common import (
     CHECK_MARKS,
-    SITE_COLUMNS,
     format_value,
     scalar_measurements,
-    site_rows,
     subject,
     verdict_line,
 )
@@ -37,11 +35,11 @@ def render_markdown(report: Report) -> str:
             lines += ["| check | result | summary |", "|---|---|---|"]
             lines += [f"| {_cell(c.name)} | {CHECK_MARKS[c.status]} | {_cell(c.summary)} |" for c in result.checks]
             lines.append("")
-        rows = site_rows(result.measurements)
-        if rows:
-            lines += ["| " + " | ".join(SITE_COLUMNS) + " |", "|" + "---|" * len(SITE_COLUMNS)]
-            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-            lines.append("")
+        for table in result.tables:
+            if table.rows:
+                lines += ["| " + " | ".join(_cell(c) for c in table.columns) + " |", "|" + "---|" * len(table.columns)]
+                lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table.rows]
+                lines.append("")
         for f in result.findings:
             title = markdown_text(f.title).replace("\n", " ")
             lines += [f"### [{f.severity}] {markdown_code(f.code)}: {title}", ""]

@@ -9,9 +9,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from dflashdoctor.render.common import SITE_COLUMNS, site_rows, subject, verdict_line
+from dflashdoctor.render.common import subject, verdict_line
 from dflashdoctor.render.text import with_strings, without_controls
 from dflashdoctor.report import Finding, Report
+from dflashdoctor.report import Table as ReportTable
 
 _CHECK_STYLE = {
     "pass": ("✔", "green"),
@@ -41,6 +42,21 @@ def _finding(console: Console, f: Finding, verbose: bool) -> None:
         console.print(Text(evidence[:_EVIDENCE_CHARS], style="dim"))
 
 
+def _table(table: ReportTable) -> Table:
+    """A section's table without its wide columns; the first column is the row's key, folded, never cut."""
+    shown = [i for i, column in enumerate(table.columns) if column not in table.wide_columns]
+    drawn = Table(title=table.title, title_justify="left", box=None, padding=(0, 1))
+    longest_key = max(len(row[0]) for row in table.rows)
+    for i in shown:
+        if i == 0:
+            drawn.add_column(table.columns[0], min_width=min(longest_key, 36), overflow="fold")
+        else:
+            drawn.add_column(table.columns[i])
+    for row in table.rows:
+        drawn.add_row(*(Text(row[i]) for i in shown))
+    return drawn
+
+
 def render_terminal(report: Report, console: Console, *, verbose: bool = False, report_dir: str | None = None) -> None:
     report = with_strings(report, without_controls)  # a message's escape sequences must not drive the terminal
     report_dir = without_controls(report_dir) if report_dir else report_dir
@@ -55,16 +71,9 @@ def render_terminal(report: Report, console: Console, *, verbose: bool = False, 
             console.print(
                 Text.assemble("  ", (mark, style), " ", (check.name.ljust(width), "bold"), "  ", check.summary)
             )
-        rows = site_rows(result.measurements)
-        if rows:
-            table = Table(title="call sites", title_justify="left", box=None, padding=(0, 1))
-            longest_module = max(len(row[0]) for row in rows)
-            table.add_column(SITE_COLUMNS[0], min_width=min(longest_module, 36), overflow="fold")  # the row's key
-            for column in SITE_COLUMNS[1:-1]:
-                table.add_column(column)
-            for row in rows:
-                table.add_row(*(Text(cell) for cell in row[:-1]))
-            console.print(table)
+        for table in result.tables:
+            if table.rows:
+                console.print(_table(table))
     console.print()
     console.print(Text(verdict_line(report), style=_VERDICT_STYLE[report.verdict]))
     findings = sorted(report.findings(), key=lambda f: ("error", "warning", "info").index(f.severity))

@@ -1,0 +1,47 @@
+"""race's judge on recorded observations: the stub's forced reproduction, FLA's kernels on an H200,
+and the race judged for a pipeline by the gate's budgets."""
+
+from __future__ import annotations
+
+import pytest
+
+from dflashdoctor.budgets import Budgets
+from dflashdoctor.codes import CODES
+from tests.unit.recorded import codes, found, judged
+
+CASES = {
+    "autotuner-race": "cpu/race-stub",
+    "autotuner-shared-state": "cpu/race-stub",
+    "concurrent-autotuner-entry": "cpu/race-stub",
+}
+
+
+@pytest.mark.parametrize("code", CASES)
+def test_each_finding_from_a_recorded_run(code):
+    (finding, *_) = found(judged(CASES[code]), code)
+    assert finding.severity == CODES[code][0] and finding.refs
+
+
+def test_the_forced_race_names_the_kernel_and_the_launch():
+    (race,) = found(judged("cpu/race-stub"), "autotuner-race")
+    assert race.evidence["kernel"] == "add_kernel" and race.where.file.endswith("stub_kernel.py")
+
+
+def test_fla_kernels_race_on_the_gpu():
+    (result,) = judged("h200/race-fla")
+    (race,) = found([result], "autotuner-race")
+    assert result.status == "fail" and race.evidence["kernel"]
+    assert result.measurements["kernel"] == "fla"
+
+
+def test_a_pipeline_without_threaded_autotuners_gets_a_warning_with_the_reproduction():
+    (result,) = judged("cpu/race-stub", budgets=Budgets(held_by_gate=True))
+    assert not codes([result]) & {"autotuner-race", "concurrent-autotuner-entry"} and result.status == "pass"
+    (shared,) = found([result], "autotuner-shared-state")
+    assert shared.evidence["forced_reproduction"] and "threaded_autotuners = false" in shared.detail
+    assert any(c.name == "forced race" and c.status == "warn" for c in result.checks)
+
+
+def test_a_pipeline_with_threaded_autotuners_fails_on_the_race():
+    (result,) = judged("cpu/race-stub", budgets=Budgets(held_by_gate=True, threaded_autotuners=True))
+    assert "autotuner-race" in codes([result]) and result.status == "fail"
