@@ -26,5 +26,5 @@ doctor h200-trace-qwen27b-full-backward trace-attention --model qwen27b --device
 tar czf "$OUT/qwen27b-evidence.tgz" -C "$reports" .
 tests=$(mktemp -d)
 DFLASHDOCTOR_EVIDENCE_DIR="$tests" python3 -m pytest -m gpu -q -p no:cacheprovider \
-  tests/test_fla_guards.py tests/test_gpu.py -k "qwen27b or fla or env" 2>&1 | tee "$OUT/qwen27b-gpu-tests.log"
+  tests/integration/test_fla_guards.py tests/integration/test_gpu.py -k "qwen27b or fla or env" 2>&1 | tee "$OUT/qwen27b-gpu-tests.log"
 tar czf "$OUT/qwen27b-tests.tgz" -C "$tests" .

@@ -16,7 +16,7 @@ tests() {
   local name=$1
   shift
   local started=$SECONDS
-  DFLASHDOCTOR_EVIDENCE_DIR="$evidence/reports" python3 -m pytest -m gpu tests/test_gpu_run.py -q -p no:cacheprovider \
+  DFLASHDOCTOR_EVIDENCE_DIR="$evidence/reports" python3 -m pytest -m gpu tests/integration/test_gpu_run.py -q -p no:cacheprovider \
     "$@" >"$evidence/$name.log" 2>&1
   echo "$name: exit $? in $((SECONDS - started)) s" | tee -a "$evidence/runs.txt"
   pack

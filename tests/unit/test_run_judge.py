@@ -5,15 +5,14 @@ codes.py gives it, on the line, module, process or exit status it is about."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from dflashdoctor.codes import CODES
 from dflashdoctor.report import Check, ProbeResult
+from tests.paths import TARGETS
 from tests.unit.recorded import codes, found, judged
 
-SCRIPTS = Path(__file__).parent.parent / "targets" / "run"
+SCRIPTS = TARGETS / "run"
 
 CASES: dict[str, str] = {
     "uncaught-exception": "cpu/run-raises",

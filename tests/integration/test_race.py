@@ -12,16 +12,14 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
 from dflashdoctor.autotune import stub_kernel
+from tests.paths import ROOT
 
 triton = pytest.importorskip("triton")
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_two_threads_crash_the_shared_autotuner(cli):

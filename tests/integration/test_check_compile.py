@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import TARGETS
+
 FAULTS = "dflashdoctor.reference.faults"
 ENTRY = "flex_attention_forward"
 REPORT_FILES = {"report.json", "report.html", "report.md", "junit.xml", "report.sarif", "observations.json"}
@@ -92,7 +94,7 @@ def test_exception_in_compiled_frame_poisons_it(cli):
 
 
 def test_file_target_with_compiled_wrapper(cli, tmp_path):
-    target = Path(__file__).parent / "targets" / "compiled_wrapper.py"
+    target = TARGETS / "compiled_wrapper.py"
     run = cli("check-compile", f"{target}:compiled_flex", "--device", "cpu", "--vary", "0", "--mask", "causal")
     assert run.code == 0, run.stdout + run.stderr
     assert "torch.compile wrapper of" in run.check("target")["summary"]
@@ -100,7 +102,7 @@ def test_file_target_with_compiled_wrapper(cli, tmp_path):
 
 
 def test_wrapper_compiled_without_inductor_runs_dense(cli):
-    target = Path(__file__).parent / "targets" / "compiled_wrapper.py"
+    target = TARGETS / "compiled_wrapper.py"
     run = cli("check-compile", f"{target}:debug_compiled_flex", "--device", "cpu", "--vary", "0")
     assert run.code == 1
     assert run.check("target")["status"] == "fail"
@@ -144,7 +146,7 @@ def test_json_output_is_the_report_and_nothing_else(cli):
 
 
 def test_target_that_raises_is_a_finding(cli):
-    target = Path(__file__).parent / "targets" / "bad_inputs.py"
+    target = TARGETS / "bad_inputs.py"
     run = cli("check-compile", f"{target}:raises", "--device", "cpu")
     assert run.code == 1
     (raised,) = run.findings("target-raised")
@@ -157,7 +159,7 @@ def test_target_that_raises_is_a_finding(cli):
     [("killed_by_signal", "600", "signal 9"), ("hangs", "45", "timed out")],
 )
 def test_probe_killed_or_hung_is_probe_crashed(cli, attr, timeout, expect):
-    target = Path(__file__).parent / "targets" / "bad_inputs.py"
+    target = TARGETS / "bad_inputs.py"
     run = cli("check-compile", f"{target}:{attr}", "--device", "cpu", "--timeout", timeout)
     assert run.code == 3
     (crash,) = run.findings("probe-crashed")

@@ -14,9 +14,10 @@ import pytest
 
 from tests import schemas
 from tests.conftest import CliRun, run_cli
+from tests.paths import ROOT
 
 RAW_CALL = "dflashdoctor.reference.faults.raw_call:flex_attention_forward"
-RAW_FILE = Path(__file__).parent.parent / "dflashdoctor" / "reference" / "faults" / "raw_call.py"
+RAW_FILE = ROOT / "dflashdoctor" / "reference" / "faults" / "raw_call.py"
 
 
 def gate(tmp_path: Path, *args: str, config: str | None = None, env: dict[str, str] | None = None) -> CliRun:

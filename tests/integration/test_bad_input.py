@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-TARGETS = Path(__file__).parent / "targets"
+from tests.paths import TARGETS
+
 BAD = TARGETS / "bad_inputs.py"
 
 CASES = [

@@ -16,8 +16,9 @@ import pytest
 from dflashdoctor.agent.config import RunSettings
 from dflashdoctor.runs import launch
 from tests.conftest import CliRun, permissions_apply, run_cli
+from tests.paths import TARGETS
 
-SCRIPTS = Path(__file__).parent / "targets" / "run"
+SCRIPTS = TARGETS / "run"
 
 
 def _line(script: str, marker: str) -> int:

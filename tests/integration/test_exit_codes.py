@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests import cache_tree
-from tests.test_renderers import rendered_markdown
+from tests.paths import TARGETS
+from tests.unit.test_renderers import rendered_markdown
 
-TARGETS = Path(__file__).parent / "targets"
 COMMANDS = ("check-compile", "trace-attention", "race", "run", "gate", "env", "cache")
 VERDICT = {0: "pass", 1: "fail", 3: "error"}
 

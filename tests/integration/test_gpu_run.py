@@ -2,7 +2,7 @@
 and the healthy trainer clean. With two GPUs the data-parallel pairs sit one per GPU, as in the
 original run; with one they share it (the autotuners are shared either way: module globals).
 
-Run on a CUDA machine (`python -m pytest -m gpu tests/test_gpu_run.py`); the autotuner test needs
+Run on a CUDA machine (`python -m pytest -m gpu tests/integration/test_gpu_run.py`); the autotuner test needs
 fla-core. DFLASHDOCTOR_EVIDENCE_DIR keeps every report.
 """
 

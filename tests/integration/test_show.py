@@ -20,8 +20,9 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.render import FILES
 from dflashdoctor.report import SCHEMA
 from tests import cache_tree
+from tests.paths import ROOT
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "reports" / "examples").glob("*/report.json"))
+EXAMPLES = sorted((ROOT / "reports" / "examples").glob("*/report.json"))
 # Markdown written before `<` was escaped, and SARIF's base URI (the folder it is rendered in), differ
 # from a rendering made now; HTML and JUnit come back byte for byte, and the JSON with each section's
 # `tables` and `subject` added (made from the measurements those reports kept).

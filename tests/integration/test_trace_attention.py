@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from dflashdoctor.models import PRESETS
+from tests.paths import TARGETS
 
 SITE_FIELDS = {
     "file",
@@ -177,7 +177,7 @@ def test_invalid_config_json_exits_2(cli, tmp_path):
     assert "is not valid JSON: line 1" in run.stderr
 
 
-SCRIPT = Path(__file__).parent / "targets" / "hf_script.py"
+SCRIPT = TARGETS / "hf_script.py"
 HF_SITES = ["model.layers.0.self_attn", "model.layers.1.self_attn"]
 
 
@@ -282,7 +282,7 @@ def test_drafter_fault_needs_drafter(cli):
     assert run.stderr.strip() == "dflashdoctor: --drafter-fault needs --drafter"
 
 
-BLOCK_SCRIPT = Path(__file__).parent / "targets" / "compiled_block_script.py"
+BLOCK_SCRIPT = TARGETS / "compiled_block_script.py"
 
 
 def test_call_inside_a_compiled_module_is_a_site_and_adds_no_graph_break(cli):

@@ -7,9 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
-ROOT = Path(__file__).parent.parent
+from tests.paths import ROOT
 
 
 def test_the_wheel_holds_every_package_and_the_bootstrap(tmp_path):

@@ -5,12 +5,11 @@ README stays short, and nothing points at a file outside the repository."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 from dflashdoctor.codes import CODES, codes_markdown
 from dflashdoctor.gate.config import load_config
+from tests.paths import ROOT
 
-ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
 
 
@@ -52,7 +51,7 @@ def test_nothing_points_at_a_file_outside_the_repository():
         name
         for name in tracked
         if name.endswith((".py", ".md", ".toml", ".sh", ".txt", ".cfg"))
-        and name != "tests/test_docs.py"
+        and name != "tests/integration/test_docs.py"
         and any(word in (ROOT / name).read_text(errors="replace") for word in outside)
     ]
     assert pointing == []
