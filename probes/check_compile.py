@@ -88,7 +88,7 @@ class CheckCompileProbe:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.device = resolve_device(config["device"])
-        self.shape = shape_with(self.device, config.get("shape", {}))
+        self.shape = shape_with(self.device, config["shape"])
         problem = shape_problem(self.shape, config["mask"])
         if problem:
             raise UsageError(problem)
@@ -266,7 +266,7 @@ class CheckCompileProbe:
         shape = self.shape
         step = max(shape.block_size, (shape.kv_len // 16) // shape.block_size * shape.block_size)
         calls = []
-        for i in range(self.config.get("vary", 10)):
+        for i in range(self.config["vary"]):
             kv_len = shape.kv_len + (i + 1) * step
             mask = build_block_mask(self.config["mask"], shape.q_len, kv_len, self.device, shape.block_size)
             q, k, v = _inputs(shape, self.device, kv_len, self.backward, seed=10 + i)

@@ -236,7 +236,7 @@ def _trace_script(settings: dict[str, Any], dense: DenseFlexRecorder, namer: Mod
     _bind_transformers_first()
     dense.phase = "script"
     with HFAttentionRecorder(None, dense, namer) as hf, FlexCallRecorder(dense, namer) as flex:
-        namespace, error = _run_script(path, settings.get("script_args", []))
+        namespace, error = _run_script(path, settings["script_args"])
     flex.name_wrappers({path: namespace})
     return {
         "script": path,
