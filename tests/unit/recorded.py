@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashdoctor.budgets import Budgets
+from dflashdoctor.codes import CODES
 from dflashdoctor.observations import RunObservations, load
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import Finding, ProbeResult
@@ -43,6 +44,21 @@ def judged(name: str, probe: str | None = None, budgets: Budgets | None = None, 
     document = json.loads((ASSETS / f"{name}.json").read_text(encoding="utf-8"))["probes"]
     probe = probe or next(iter(document))
     return PROBES[probe].judge(observations(name, probe, **changes), budgets or Budgets())
+
+
+Case = str | tuple[str, dict[str, Any]]  # a recording, or one judged with changes (budgets=, fields)
+
+
+def judged_case(case: Case) -> list[ProbeResult]:
+    name, changes = case if isinstance(case, tuple) else (case, {})
+    return judged(name, **changes)
+
+
+def documented(results: list[ProbeResult], code: str) -> list[Finding]:
+    """`found`, each at the severity codes.py gives the code (the one a judge cannot change)."""
+    matches = found(results, code)
+    assert all(f.severity == CODES[code][0] for f in matches), [f.severity for f in matches]
+    return matches
 
 
 def found(results: list[ProbeResult], code: str) -> list[Finding]:

@@ -7,9 +7,8 @@ import math
 import pytest
 
 from dflashdoctor.budgets import Budgets
-from dflashdoctor.codes import CODES
 from dflashdoctor.judges.check_compile import parse_guard
-from tests.unit.recorded import codes, found, judged
+from tests.unit.recorded import codes, documented, found, judged, judged_case
 
 # Each code this judge makes, and a recording that shows it (cpu/: this machine; h200/: an H200).
 CASES = {
@@ -33,10 +32,9 @@ CASES = {
 
 @pytest.mark.parametrize("code", CASES)
 def test_each_finding_from_a_recorded_run(code):
-    name, changes = CASES[code] if isinstance(CASES[code], tuple) else (CASES[code], {})
-    results = judged(name, **changes)
-    (finding, *_) = found(results, code)
-    assert finding.severity == CODES[code][0] and finding.title and finding.fix
+    results = judged_case(CASES[code])
+    (finding, *_) = documented(results, code)
+    assert finding.title and finding.fix
     if finding.severity == "error":
         assert results[0].status == "fail"
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dflashdoctor.budgets import Budgets
-from dflashdoctor.codes import CODES
 from dflashdoctor.judges.trace_attention import dense_cause
-from tests.unit.recorded import codes, found, judged, observations
+from tests.unit.recorded import codes, documented, found, judged, observations
 
 CASES = {
     "bypasses-wrapper": "cpu/trace-hf-flex-path",
@@ -20,9 +19,8 @@ CASES = {
 
 @pytest.mark.parametrize("code", CASES)
 def test_each_finding_from_a_recorded_run(code):
-    results = judged(CASES[code])
-    (finding, *_) = found(results, code)
-    assert finding.severity == CODES[code][0] and finding.title and finding.fix
+    (finding, *_) = documented(judged(CASES[code]), code)
+    assert finding.title and finding.fix
 
 
 def test_the_eager_wrapper_is_dense_at_each_layer_with_its_cause():
