@@ -227,29 +227,3 @@ def test_audit_reads_per_call_state_and_a_subclass_lock():
 
     locked = audit_class(LockedAutotuner)
     assert (locked.base_run, locked.locked, locked.per_call_state) == (True, True, {})
-
-
-def test_overlap_in_runs_that_did_not_crash_is_an_error():
-    from dflashdoctor.budgets import Budgets
-    from dflashdoctor.judges.race import judge
-    from dflashdoctor.observations import RaceObservations, load
-
-    entry = {
-        "kernel": "add_kernel",
-        "threads": ["worker-0", "worker-1"],
-        "stacks": [["a.py:1 in run"], ["b.py:2 in run"]],
-        "cold": [False, False],
-        "serialized": False,
-    }
-    quiet = {"forced": False, "fix": "none", "threads": 2, "errors": [], "outputs_equal": True, "duration_s": 0.1}
-    observations = {
-        "fix": "none",
-        "threads": 2,
-        "audit": [],
-        "forced_unfixed": {**quiet, "forced": True, "concurrent_entries": [], "failed": False},
-        "natural": [{**quiet, "concurrent_entries": [entry], "failed": False}],
-    }
-    (result,) = judge(load(RaceObservations, observations), Budgets())
-    (overlap,) = [f for f in result.findings if f.code == "concurrent-autotuner-entry"]
-    assert overlap.severity == "error" and overlap.evidence["event"]["threads"] == ["worker-0", "worker-1"]
-    assert result.status == "fail"

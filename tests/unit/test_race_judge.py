@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dflashdoctor.budgets import Budgets
+from dflashdoctor.judges.race import judge
+from dflashdoctor.observations import RaceObservations, load
 from tests.unit.recorded import codes, documented, found, judged
 
 CASES = {
@@ -44,3 +46,25 @@ def test_a_pipeline_without_threaded_autotuners_gets_a_warning_with_the_reproduc
 def test_a_pipeline_with_threaded_autotuners_fails_on_the_race():
     (result,) = judged("cpu/race-stub", budgets=Budgets(held_by_gate=True, threaded_autotuners=True))
     assert "autotuner-race" in codes([result]) and result.status == "fail"
+
+
+def test_overlap_in_runs_that_did_not_crash_is_an_error():
+    entry = {
+        "kernel": "add_kernel",
+        "threads": ["worker-0", "worker-1"],
+        "stacks": [["a.py:1 in run"], ["b.py:2 in run"]],
+        "cold": [False, False],
+        "serialized": False,
+    }
+    quiet = {"forced": False, "fix": "none", "threads": 2, "errors": [], "outputs_equal": True, "duration_s": 0.1}
+    observations = {  # written out: a race seen in no crash, only in the guard's record
+        "fix": "none",
+        "threads": 2,
+        "audit": [],
+        "forced_unfixed": {**quiet, "forced": True, "concurrent_entries": [], "failed": False},
+        "natural": [{**quiet, "concurrent_entries": [entry], "failed": False}],
+    }
+    (result,) = judge(load(RaceObservations, observations), Budgets())
+    (overlap,) = [f for f in result.findings if f.code == "concurrent-autotuner-entry"]
+    assert overlap.severity == "error" and overlap.evidence["event"]["threads"] == ["worker-0", "worker-1"]
+    assert result.status == "fail"
