@@ -118,7 +118,7 @@ def _cache_roots() -> list[dict[str, Any]]:
     return rows
 
 
-def run(_settings: dict[str, Any]) -> dict[str, Any]:
+def run(_config: dict[str, Any]) -> dict[str, Any]:  # env takes no options
     return {
         "python": sys.version.split()[0],
         "executable": sys.executable,

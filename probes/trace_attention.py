@@ -46,8 +46,8 @@ _MIN_DRAFT_BLOCKS = 8  # 128 draft tokens
 _GRADIENT_ROOM = 1.25  # gradients as large as the weights, plus a quarter for activations
 
 
-def _scale(settings: dict[str, Any], device: str) -> str:
-    return settings["scale"] if settings["scale"] != "auto" else ("full" if device == "cuda" else "tiny")
+def _scale(config: dict[str, Any], device: str) -> str:
+    return config["scale"] if config["scale"] != "auto" else ("full" if device == "cuda" else "tiny")
 
 
 def _bind_transformers_first() -> None:
@@ -74,12 +74,12 @@ def _build(make_config: Callable[[], Any], device: str, dtype: torch.dtype) -> t
     return model, refusal
 
 
-def _planned_layers(model: torch.nn.Module, config: Any) -> list[dict[str, Any]]:
+def _planned_layers(model: torch.nn.Module, model_config: Any) -> list[dict[str, Any]]:
     """One row per attention layer, from the module tree before anything runs: its kind (the config's
     layer types, else the class) and the implementation it is set up to use (a linear-attention
     layer's bound kernel, else the configured attention implementation). A step that raises later
     leaves every row in place; `_confirm` records what really ran."""
-    layer_types = getattr(config, "layer_types", None) or []
+    layer_types = getattr(model_config, "layer_types", None) or []
     rows: list[dict[str, Any]] = []
     outer: list[str] = []
     for name, module in model.named_modules():
@@ -91,7 +91,7 @@ def _planned_layers(model: torch.nn.Module, config: Any) -> list[dict[str, Any]]
         kind = layer_types[index] if isinstance(index, int) and index < len(layer_types) else None
         kind = kind or ("linear_attention" if linear else "full_attention")
         configured = kernel_impl(module) if linear else None
-        configured = configured or config._attn_implementation
+        configured = configured or model_config._attn_implementation
         rows.append(
             {"module": name, "class": type(module).__name__, "kind": kind, "configured": configured, "impl": configured}
             | {"ran": False, "calls": 0}
@@ -131,36 +131,36 @@ def _why_no_backward(model: torch.nn.Module, device: str, impl: str) -> str | No
     return None
 
 
-def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
-    scale = _scale(settings, device)
+def _trace_model(config: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
+    scale = _scale(config, device)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     fla = fla_state(device)
     # where FLA's kernels cannot run, the layers are built on transformers' torch fallback; the report says so
     with fla_kept_out(when=fla is not None and not fla["usable"]):
-        model, refusal = _build(lambda: build_config(settings["model"], scale), device, dtype)
-    config = model.config
-    impl = config._attn_implementation
-    asked = settings["backward"]
-    if asked is False or (asked is None and is_frozen_target(settings["model"])):
+        model, refusal = _build(lambda: build_config(config["model"], scale), device, dtype)
+    model_config = model.config
+    impl = model_config._attn_implementation
+    asked = config["backward"]
+    if asked is False or (asked is None and is_frozen_target(config["model"])):
         no_backward: str | None = "not asked for" if asked is False else "a frozen target: as in DFlash training"
-    elif settings.get("drafter"):
+    elif config.get("drafter"):
         no_backward = "the target of a drafter is frozen: forward under no_grad, as in DFlash training"
     else:
         no_backward = _why_no_backward(model, device, impl)
     backward = no_backward is None
     model.train(backward)
     namer.add_root(model)
-    layers = _planned_layers(model, config)
-    seq_len = settings["seq_len"]
+    layers = _planned_layers(model, model_config)
+    seq_len = config["seq_len"]
     generator = torch.Generator().manual_seed(0)
     error = refused = None
     stage = "the first step"
     with HFAttentionRecorder(model, dense, namer) as recorder:
         try:
-            for step in range(settings["steps"]):
+            for step in range(config["steps"]):
                 dense.phase = f"model:step{step}"
                 stage = f"the forward of step {step}"
-                ids = torch.randint(0, config.vocab_size, (1, seq_len), generator=generator).to(device)
+                ids = torch.randint(0, model_config.vocab_size, (1, seq_len), generator=generator).to(device)
                 with torch.set_grad_enabled(backward):
                     out = model(input_ids=ids, labels=ids)
                     if backward:
@@ -178,10 +178,10 @@ def _trace_model(settings: dict[str, Any], device: str, dense: DenseFlexRecorder
         "fla_refused": refused,
         "fla": fla,
         "no_backward": no_backward,
-        "model": settings["model"],
+        "model": config["model"],
         "scale": scale,
         "model_class": type(model).__name__,
-        "model_type": config.model_type,
+        "model_type": model_config.model_type,
         "attn_implementation": impl,
         "flex_refused": refusal,
         "backward": backward,
@@ -231,12 +231,12 @@ def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], dict[str, A
     return module.__dict__, error
 
 
-def _trace_script(settings: dict[str, Any], dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
-    path = os.path.abspath(settings["script"])
+def _trace_script(config: dict[str, Any], dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
+    path = os.path.abspath(config["script"])
     _bind_transformers_first()
     dense.phase = "script"
     with HFAttentionRecorder(None, dense, namer) as hf, FlexCallRecorder(dense, namer) as flex:
-        namespace, error = _run_script(path, settings["script_args"])
+        namespace, error = _run_script(path, config["script_args"])
     flex.name_wrappers({path: namespace})
     return {
         "script": path,
@@ -247,22 +247,20 @@ def _trace_script(settings: dict[str, Any], dense: DenseFlexRecorder, namer: Mod
     }
 
 
-def _trace_drafter(
-    settings: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer
-) -> dict[str, Any]:
+def _trace_drafter(config: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
     """`steps` reference DFlash drafter steps, with its fault switch, shaped like the qwen27b-dflash preset."""
-    scale = _scale(settings, device)
-    config = drafter_dimensions("qwen27b-dflash", scale)
+    scale = _scale(config, device)
+    dimensions = drafter_dimensions("qwen27b-dflash", scale)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    backward = settings["backward"] is not False and device != "cpu"  # flex_attention has no CPU backward
+    backward = config["backward"] is not False and device != "cpu"  # flex_attention has no CPU backward
     # The drafter reads the target's hidden states as context and drafts a quarter as many tokens, at
     # least 128: fewer queries take Inductor's flex-decoding kernel, which on torch 2.11 and an H200
     # has no valid config for a training call (NoValidChoicesError measured at 64 queries).
-    context_len = settings["seq_len"]
+    context_len = config["seq_len"]
     blocks = max(_MIN_DRAFT_BLOCKS, context_len // (4 * BLOCK_SIZE))
     # Only the hf-flex-path fault calls into transformers: the other drafters leave it unimported
     # (on an H200 that import cost seconds of the gate's longest probe).
-    through_hf = settings.get("drafter_fault") == "hf-flex-path" or "transformers" in sys.modules
+    through_hf = config.get("drafter_fault") == "hf-flex-path" or "transformers" in sys.modules
     if through_hf:
         _bind_transformers_first()
     dense.phase = "drafter"
@@ -271,16 +269,16 @@ def _trace_drafter(
     with hf_recorder as hf, FlexCallRecorder(dense, namer) as flex:
         try:
             _, step = make_drafter_step(
-                config, device, dtype, settings.get("drafter_fault"), backward, blocks=blocks, context_len=context_len
+                dimensions, device, dtype, config.get("drafter_fault"), backward, blocks=blocks, context_len=context_len
             )
-            for _ in range(settings["steps"]):
+            for _ in range(config["steps"]):
                 step()
         except Exception as exc:  # kept as a finding with the sites seen so far
             error = _error_record(exc)
     flex.name_wrappers({})
     return {
         "error": error,
-        "fault": settings.get("drafter_fault"),
+        "fault": config.get("drafter_fault"),
         "scale": scale,
         "backward": backward,
         "q_len": blocks * BLOCK_SIZE,
@@ -291,12 +289,12 @@ def _trace_drafter(
     }
 
 
-def run(settings: dict[str, Any]) -> dict[str, Any]:
-    device = resolve_device(settings["device"])
-    if settings.get("expect_wrapper"):  # a wrapper that names nothing would fail every site, wrongly
-        problem = unbound_problem(settings["expect_wrapper"])
+def run(config: dict[str, Any]) -> dict[str, Any]:
+    device = resolve_device(config["device"])
+    if config.get("expect_wrapper"):  # a wrapper that names nothing would fail every site, wrongly
+        problem = unbound_problem(config["expect_wrapper"])
         if problem:
-            raise UsageError(f"--expect-wrapper {settings['expect_wrapper']}: {problem}")
+            raise UsageError(f"--expect-wrapper {config['expect_wrapper']}: {problem}")
     dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__), measure_memory=True)
     namer = ModuleNamer()
     observations: dict[str, Any] = {
@@ -304,16 +302,16 @@ def run(settings: dict[str, Any]) -> dict[str, Any]:
         "torch": torch.__version__,
         "python": sys.version.split()[0],
         "transformers": _transformers_version(),
-        "expect_wrapper": settings.get("expect_wrapper"),
+        "expect_wrapper": config.get("expect_wrapper"),
     }
     watch = DynamoWatch()  # graph breaks in the traced run: the recorders must add none
     with dense:
-        if settings.get("model"):
-            observations["traced_model"] = _trace_model(settings, device, dense, namer)
-        if settings.get("drafter"):
-            observations["traced_drafter"] = _trace_drafter(settings, device, dense, namer)
-        if settings.get("script"):
-            observations["traced_script"] = _trace_script(settings, dense, namer)
+        if config.get("model"):
+            observations["traced_model"] = _trace_model(config, device, dense, namer)
+        if config.get("drafter"):
+            observations["traced_drafter"] = _trace_drafter(config, device, dense, namer)
+        if config.get("script"):
+            observations["traced_script"] = _trace_script(config, dense, namer)
     observations["compiles"] = watch.collect("traced")  # recompile-limit and skipped-frame causes
     observations["graph_breaks"] = watch.graph_breaks
     observations["dynamo_disabled"] = bool(getattr(torch._dynamo.config, "disable", False))

@@ -89,7 +89,7 @@ def parse_guard(reason: str, known_file: str | None) -> Guard:
 class CheckCompileJudge(Judge):
     def __init__(self, observations: CheckCompileObservations, budgets: Budgets) -> None:
         super().__init__("check-compile", budgets)
-        self.obs = observations
+        self.observations = observations
         events = [e for e in observations.dense_events if _is_target_phase(e.phase)]
         self.dense_fwd = [e for e in events if e.kind == "forward"]
         self.dense_bwd = [e for e in events if e.kind == "backward"]
@@ -107,12 +107,14 @@ class CheckCompileJudge(Judge):
         self._graph_breaks()
         self._timing()
         self._oom()
-        self.measurements.update(shape=self.obs.shape, mask=self.obs.mask)
-        self.subject = shape_subject(self.obs.device, self.obs.device_name, self.obs.shape, self.obs.mask)
+        self.measurements.update(shape=self.observations.shape, mask=self.observations.mask)
+        self.subject = shape_subject(
+            self.observations.device, self.observations.device_name, self.observations.shape, self.observations.mask
+        )
         return self.result()
 
     def _instrumentation(self) -> None:
-        for why in (self.obs.hook_unavailable, self.obs.dynamo_watch_unavailable):
+        for why in (self.observations.hook_unavailable, self.observations.dynamo_watch_unavailable):
             if why:
                 self.findings.append(
                     finding(
@@ -125,7 +127,7 @@ class CheckCompileJudge(Judge):
 
     # -- static -----------------------------------------------------------------------------
     def _target(self) -> None:
-        info = self.obs.target
+        info = self.observations.target
         self.measurements["target_kind"] = info["kind"]
         rebound = info.get("rebound")
         if info["kind"] == "raw-flex" or rebound:
@@ -167,7 +169,7 @@ class CheckCompileJudge(Judge):
             self._check("target", "info", f"{info['qualname']} ({info['kind']}); judged by what it runs")
 
     def _target_error(self) -> None:
-        error = self.obs.target_error
+        error = self.observations.target_error
         if not error:
             return
         message = first_line(error["message"], "")
@@ -200,19 +202,19 @@ class CheckCompileJudge(Judge):
             self._check("forward", "fail", f"dense forward in {n_fwd} of the target's calls", *fwd_codes)
         elif not any("forward_s" in phase for name, phase in self.phases.items() if _is_target_phase(name)):
             self._check("forward", "skip", "never completed: the target failed before any forward returned")
-        elif not self.obs.hook_unavailable:
+        elif not self.observations.hook_unavailable:
             self._check("forward", "pass", "fused: no dense forward kernel ran")
-        if not self.obs.backward_checked:
+        if not self.observations.backward_checked:
             self.findings.append(
                 finding(
                     "backward-not-checked",
-                    f"Backward not checked on {self.obs.device}",
+                    f"Backward not checked on {self.observations.device}",
                     detail="torch refuses flex_attention backward on CPU inputs that require grad "
                     "(eager and compiled alike), so the fused backward can only be proven on a GPU.",
                     fix="Run `dflashdoctor check-compile --device cuda` on a GPU node.",
                 )
             )
-            self._check("backward", "skip", f"not checked on {self.obs.device}", "backward-not-checked")
+            self._check("backward", "skip", f"not checked on {self.observations.device}", "backward-not-checked")
         elif n_bwd:
             self._check(
                 "backward", "fail", f"dense backward in {n_bwd} of the target's calls", *(cause or ["dense-backward"])
@@ -243,7 +245,7 @@ class CheckCompileJudge(Judge):
         }
 
     def _dense_findings(self) -> None:
-        backends = self.obs.target.get("backends") or {}
+        backends = self.observations.target.get("backends") or {}
         dense_backends = {name: b for name, b in backends.items() if b in DENSE_BACKENDS}
         if dense_backends:
             names = ", ".join(f"`{n}` (backend={b!r})" for n, b in dense_backends.items())
@@ -274,7 +276,7 @@ class CheckCompileJudge(Judge):
                         f"{first.dtype}, building a float32 score matrix of "
                         f"{size_text(first.score_matrix_bytes)} per call. {cause}"
                     ),
-                    where=_where(first.site) or _where(self.obs.target.get("assigned")),
+                    where=_where(first.site) or _where(self.observations.target.get("assigned")),
                     evidence={**self._dense_evidence(), "stack": first.stack, "backends": backends},
                     fix=fix,
                     refs=[_REFS_FLEX],
@@ -284,8 +286,8 @@ class CheckCompileJudge(Judge):
     def _recompile_limit_finding(self, limit: dict[str, Any]) -> None:
         reasons = [c["recompile_reason"] for c in self.compiles if c.get("recompile_reason")]
         last_reason = limit.get("recompile_reason") or (reasons[-1] if reasons else "")
-        guard = parse_guard(last_reason, self.obs.target.get("file"))
-        limit_value = self.obs.recompile_limit
+        guard = parse_guard(last_reason, self.observations.target.get("file"))
+        limit_value = self.observations.recompile_limit
         why = (
             "The guard is on a global Python value read while tracing (here by the score_mod or mask_mod), "
             "so every new value is a new graph. "
@@ -371,7 +373,7 @@ class CheckCompileJudge(Judge):
     def _memory(self) -> None:
         score = self._score_matrix_bytes()
         self.measurements["score_matrix_bytes"] = score
-        if self.obs.device != "cuda":
+        if self.observations.device != "cuda":
             self._check(
                 "memory",
                 "skip",
@@ -412,22 +414,22 @@ class CheckCompileJudge(Judge):
                     fix="See the dense-path findings for the call that built it.",
                 )
             )
-        out_of_memory = [r for r in self.obs.oom if _is_target_phase(r["phase"])]
+        out_of_memory = [r for r in self.observations.oom if _is_target_phase(r["phase"])]
         if out_of_memory:
             parts.insert(0, f"out of memory in {len(out_of_memory)} of the target's phases")
         codes = (["score-matrix-materialized"] if materialized else []) + (["oom"] if out_of_memory else [])
         self._check("memory", "fail" if codes else "pass", "; ".join(parts), *codes)
 
     def _score_matrix_bytes(self) -> int:
-        shape = self.obs.shape
+        shape = self.observations.shape
         return shape["batch"] * shape["heads"] * shape["q_len"] * shape["kv_len"] * 4
 
     def _numerics(self) -> None:
-        numerics = self.obs.numerics
+        numerics = self.observations.numerics
         errors = {k.removesuffix("_rel_err"): v for k, v in numerics.items() if k.endswith("_rel_err")}
         if not errors:
             return
-        dtype = self.obs.shape["dtype"]
+        dtype = self.observations.shape["dtype"]
         tolerance = {name: _OUT_TOLERANCE[dtype] * (1 if name == "out" else _GRAD_TOLERANCE_FACTOR) for name in errors}
         self.measurements.update({f"{k}_rel_err": v for k, v in errors.items()})
         self.measurements["out_tolerance"] = _OUT_TOLERANCE[dtype]
@@ -451,7 +453,7 @@ class CheckCompileJudge(Judge):
         self._check("numerics", status, f"relative error {summary} ({limits})", "numeric-mismatch")
 
     def _varying(self) -> None:
-        vary = self.obs.vary
+        vary = self.observations.vary
         recompiles = [c for c in self.compiles if c.get("recompile_reason")]
         self.measurements["recompiles"] = len(recompiles)
         self.measurements["vary"] = [asdict(call) for call in vary]
@@ -462,7 +464,7 @@ class CheckCompileJudge(Judge):
         over = len(recompiles) > self.budgets.max_recompiles
         explained = any(f.code in ("recompile-limit-fallback", "dynamo-skip-fallback") for f in self.findings)
         if over and not explained:
-            target_file = self.obs.target.get("file")
+            target_file = self.observations.target.get("file")
             reasons = [parse_guard(c["recompile_reason"], target_file).expression for c in recompiles]
             self.findings.append(
                 finding(
@@ -485,7 +487,7 @@ class CheckCompileJudge(Judge):
         )
 
     def _graph_breaks(self) -> None:
-        breaks = self.obs.graph_breaks
+        breaks = self.observations.graph_breaks
         self.measurements["graph_breaks"] = sum(breaks.values())
         self._graph_break_check(breaks, "while the target ran")
 
@@ -499,8 +501,8 @@ class CheckCompileJudge(Judge):
             p["backward_s"] for n, p in self.phases.items() if n.startswith("target:warm") and "backward_s" in p
         ]
         self.measurements["phase_wall_s"] = {
-            "import": self.obs.import_s,
-            "setup": self.obs.setup_s,
+            "import": self.observations.import_s,
+            "setup": self.observations.setup_s,
             **{name: phase.get("wall_s") for name, phase in self.phases.items()},
         }
         self.measurements.update(
@@ -532,7 +534,7 @@ class CheckCompileJudge(Judge):
         )
 
     def _oom(self) -> None:
-        records = self.obs.oom
+        records = self.observations.oom
         baseline = [r for r in records if not _is_target_phase(r["phase"])]
         if baseline:
             self.measurements["dense_baseline_oom"] = baseline[0]["message"]

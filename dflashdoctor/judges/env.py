@@ -76,11 +76,11 @@ def redact(variables: dict[str, str]) -> dict[str, str]:
 class EnvJudge(Judge):
     def __init__(self, observations: EnvObservations, budgets: Budgets) -> None:
         super().__init__("env", budgets)
-        self.obs = observations
+        self.observations = observations
         self.cache_roots = observations.cache_roots
 
     def judge(self) -> ProbeResult:
-        obs = self.obs
+        obs = self.observations
         packages = obs.packages
         fla = packages.get("fla-core") or packages.get("flash-linear-attention")
         cuda = f"CUDA {obs.cuda}, cuDNN {obs.cudnn}" if obs.cuda else "CPU build"
@@ -148,7 +148,7 @@ class EnvJudge(Judge):
             self._check("cache places", "warn", summary, "cache-shared-filesystem")
 
     def _bytecode(self) -> None:
-        state = self.obs.bytecode
+        state = self.observations.bytecode
         if not state or not state["packages"]:
             return
         packages = state["packages"]
@@ -171,10 +171,10 @@ class EnvJudge(Judge):
             why = "PYTHONDONTWRITEBYTECODE is set"
         else:
             why = "the interpreter runs with -B"
-        took = self.obs.import_torch_s
+        took = self.observations.import_torch_s
         stuck_torch = any(p["package"] == "torch" for p in stuck)
         cost = f" Importing torch took {took:.1f} s in this probe." if stuck_torch and took is not None else ""
-        python = self.obs.executable or "python"
+        python = self.observations.executable or "python"
         return finding(
             "bytecode-not-cached",
             f"{names}: no compiled bytecode, and none is written ({why}): every process compiles them",
@@ -193,7 +193,7 @@ class EnvJudge(Judge):
         )
 
     def _recompile_limit(self) -> None:
-        limit = self.obs.recompile_limit
+        limit = self.observations.recompile_limit
         if limit is None:
             return
         changed = limit != DEFAULT_RECOMPILE_LIMIT

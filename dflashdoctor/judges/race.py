@@ -38,11 +38,11 @@ FIX_ADVICE = (
 class RaceJudge(Judge):
     def __init__(self, observations: RaceObservations, budgets: Budgets) -> None:
         super().__init__("race", budgets)
-        self.obs = observations
+        self.observations = observations
         self.fix = observations.fix
 
     def judge(self) -> ProbeResult:
-        obs = self.obs
+        obs = self.observations
         self._audit()
         if obs.forced_unfixed is not None:  # the stub kernel: forced reproduction, then natural trials
             self._reproduction(obs.forced_unfixed)
@@ -90,7 +90,7 @@ class RaceJudge(Judge):
         self._check("pipeline", "info", "threaded_autotuners = false: the race is reported as a warning")
 
     def _audit(self) -> None:
-        audits = self.obs.audit
+        audits = self.observations.audit
         self.measurements["audit"] = audits
         for audit in audits:
             name = f"audit {audit['cls'].rsplit('.', 1)[-1]}"
@@ -310,10 +310,10 @@ class RaceJudge(Judge):
                     "stacks": stacks,
                     "concurrent_entries": trial["concurrent_entries"],
                     "versions": {
-                        "triton": self.obs.triton,
-                        "torch": self.obs.torch,
-                        "fla": self.obs.fla,
-                        "python": self.obs.python,
+                        "triton": self.observations.triton,
+                        "torch": self.observations.torch,
+                        "fla": self.observations.fla,
+                        "python": self.observations.python,
                     },
                 },
                 fix=FIX_ADVICE,

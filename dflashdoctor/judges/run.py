@@ -59,7 +59,7 @@ class ProcessJudge(Judge):
         self.log = log
         self.stopped = stopped
         self.hang_stacks = hang_stacks
-        self.obs = _observations(log)
+        self.observations = _observations(log)
 
     def judge(self) -> ProbeResult:
         self._attention()
@@ -78,13 +78,13 @@ class ProcessJudge(Judge):
         if self.log.instrumented is None:
             self._check("instrumented", "info", "never imported torch: only its exceptions and stacks are watched")
             return
-        traced = TraceAttentionJudge(load(TraceAttentionObservations, self.obs), self.budgets).judge()
+        traced = TraceAttentionJudge(load(TraceAttentionObservations, self.observations), self.budgets).judge()
         self.findings += traced.findings
         self.checks += [c for c in traced.checks if c.name != "script"]
         self.measurements["call_sites"] = traced.measurements.get("call_sites", [])
         self.tables += traced.tables
         self.measurements["graph_breaks"] = traced.measurements.get("graph_breaks", {})
-        for reason in self.obs.get("unavailable", []):
+        for reason in self.observations.get("unavailable", []):
             self.findings.append(
                 finding(
                     "instrumentation-unavailable",
@@ -137,7 +137,7 @@ class ProcessJudge(Judge):
             return
         oom = self.log.ooms[0] if self.log.ooms else {}
         exc = raised[0] if raised else {}
-        dense = oom.get("dense_events") or self.obs.get("dense_events") or []
+        dense = oom.get("dense_events") or self.observations.get("dense_events") or []
         cause = self._oom_cause(oom, dense)
         call = oom.get("in_flight") or {}
         module = call.get("module") or exc.get("module")
@@ -191,7 +191,7 @@ class ProcessJudge(Judge):
         )
 
     def _autotuners(self) -> None:
-        overlaps = self.obs.get("autotuner_overlaps") or []
+        overlaps = self.observations.get("autotuner_overlaps") or []
         by_kernel: dict[str, list[dict[str, Any]]] = {}
         for overlap in overlaps:
             by_kernel.setdefault(overlap["kernel"], []).append(overlap)
@@ -213,7 +213,7 @@ class ProcessJudge(Judge):
                 )
             )
         if self.log.instrumented is not None:
-            kernels = self.obs.get("autotuned_kernels") or []
+            kernels = self.observations.get("autotuned_kernels") or []
             status = "fail" if overlaps else "pass"
             summary = f"{len(overlaps)} overlaps in {len(kernels)} autotuned kernels entered"
             self._check("autotuners", status, summary, "concurrent-autotuner-entry")
@@ -265,7 +265,9 @@ class ProcessJudge(Judge):
             "steps": len(steps),
             "peak_bytes_by_step": peaks[-_STEPS_KEPT:],
             "peak_bytes": max(peaks, default=None),
-            "dense_kernels": self.obs.get("dense_events_total", len(self.obs.get("dense_events") or [])),
+            "dense_kernels": self.observations.get(
+                "dense_events_total", len(self.observations.get("dense_events") or [])
+            ),
             "damaged_event_lines": self.log.damaged_lines,  # a process killed mid-write leaves one
         }
 

@@ -147,7 +147,7 @@ def _site_where(site: dict[str, Any]) -> Where:
 class TraceAttentionJudge(Judge):
     def __init__(self, observations: TraceAttentionObservations, budgets: Budgets) -> None:
         super().__init__("trace-attention", budgets)
-        self.obs = observations
+        self.observations = observations
         self.model = observations.traced_model
         self.script = observations.traced_script
         self.drafter = observations.traced_drafter
@@ -225,9 +225,11 @@ class TraceAttentionJudge(Judge):
         ]
 
     def _instrumentation(self) -> None:
-        parts = self.obs.parts()
+        parts = self.observations.parts()
         reasons = {part["hook_unavailable"] for part in parts if part.get("hook_unavailable")}
-        reasons = sorted(reasons | ({self.obs.hook_unavailable} if self.obs.hook_unavailable else set()))
+        reasons = sorted(
+            reasons | ({self.observations.hook_unavailable} if self.observations.hook_unavailable else set())
+        )
         for reason in reasons:
             self.findings.append(
                 finding(
@@ -337,7 +339,7 @@ class TraceAttentionJudge(Judge):
         self._check(check, "fail", f"{what} raised {error['type']}", "target-raised")
 
     def _graph_breaks(self) -> None:
-        breaks = self.obs.graph_breaks
+        breaks = self.observations.graph_breaks
         self.measurements["graph_breaks"] = breaks
         self._graph_break_check(breaks, "in the traced run")
 
@@ -426,7 +428,7 @@ class TraceAttentionJudge(Judge):
         )
 
     def _bypasses(self) -> None:
-        expected = self.obs.expect_wrapper
+        expected = self.observations.expect_wrapper
         if not expected:
             return
         module_part, _, attr = expected.rpartition(":")
