@@ -9,7 +9,7 @@ observations class and one judge, wired in one visible place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dflashdoctor.budgets import Budgets
@@ -26,5 +26,6 @@ class ProbeSpec:
     script: str | None  # probes/<script> in the probed interpreter; None: the doctor's side does the work
     # The gate's configuration, the probed interpreter (--python) and machine (--ssh) -> options.
     from_gate: Callable[[Any, str | None, str | None], Any] | None = None
-    skipped_without: tuple[str, ...] = ()  # packages whose absence there means the probe does not apply
+    # packages whose absence there means the probe does not apply, and why
+    skipped_without: dict[str, str] = field(default_factory=dict)
     local_only: str = ""  # reads this machine's files, so not run on another (--ssh): what to run there

@@ -44,7 +44,8 @@ def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -
     except MissingPackage as exc:
         if exc.package not in spec.skipped_without:
             raise
-        return _skipped(argv, name, f"{exc.package} is not installed in the probed interpreter: {name} does not apply")
+        why = spec.skipped_without[exc.package]
+        return _skipped(argv, name, f"{exc.package} is not installed in the probed interpreter: {why}")
 
 
 def _skipped(argv: list[str], probe: str, why: str) -> Report:

@@ -104,5 +104,5 @@ SPEC = ProbeSpec(
     command=race,
     script="race.py",
     from_gate=from_gate,
-    skipped_without=("triton",),  # no triton autotuner to race
+    skipped_without={"triton": "no triton autotuner to race"},
 )

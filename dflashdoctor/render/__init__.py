@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from dflashdoctor.render.html import render_html
 from dflashdoctor.render.junit import render_junit
@@ -20,7 +20,14 @@ def render_json(report: Report) -> str:
     return report.to_json()
 
 
-FORMATS: dict[str, Callable[[Report], str]] = {
+class Renderer(Protocol):
+    """A format: the whole report in, the document out. It may read any part of the Report (checks,
+    findings, tables, comparisons, measurements as values) and nothing of the probe that made it."""
+
+    def __call__(self, report: Report) -> str: ...
+
+
+FORMATS: dict[str, Renderer] = {
     "json": render_json,
     "html": render_html,
     "md": render_markdown,
