@@ -44,6 +44,10 @@ class DenseEvent:
     thread: str = ""
     forward_site: dict[str, Any] | None = None  # the forward call site it was charged to, if any
     peak_bytes: int | None = None  # CUDA memory the kernel added at its peak, when measured
+    # How flex_attention reached its dense kernel, read off the stack (flex_dense.ROUTES); a
+    # backward takes its forward's. None: the stack had none of the frames that tell.
+    route: str | None = None
+    layer: str | None = None  # the dotted nn.Module name that made the call, when the recorder names modules
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -159,6 +163,22 @@ class CacheObservations:
     scans: list[RootScan] = field(default_factory=list)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # root path -> its filesystem's facts
     log: RepairLog = field(default_factory=RepairLog)
+
+
+@dataclass
+class BlockObservations:
+    """`dflashdoctor.testing`: what one block of a user's own test saw, every thread counted.
+    `earlier_compiles` are dynamo's records from before the block: a fallback from then still
+    explains a dense call made in it."""
+
+    dense_events: list[DenseEvent] = field(default_factory=list)
+    dense_dropped: int = 0  # counted but no longer kept (past the hook's bound)
+    compiles: list[dict[str, Any]] = field(default_factory=list)
+    earlier_compiles: list[dict[str, Any]] = field(default_factory=list)
+    autotuner_overlaps: list[dict[str, Any]] = field(default_factory=list)  # hooks.autotuner_guard.ConcurrentEntry
+    dynamo_disabled: bool = False
+    recompile_limit: int | None = None
+    unavailable: list[str] = field(default_factory=list)
 
 
 @dataclass

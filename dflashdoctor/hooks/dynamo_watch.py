@@ -8,6 +8,9 @@ layout varies between torch releases, so every field is read with getattr and mi
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from typing import Any
 
 _FIELDS = (
@@ -26,6 +29,26 @@ _FIELDS = (
     "inductor_fx_local_cache_miss_count",
 )
 _TEXT_LIMIT = 2000
+_GUARD_LOCATION = re.compile(r"(?P<file>\S+):\d+ in \S+\s*$")  # the last `  # ` part of a recompile reason
+
+
+def guard_file(reason: str | None) -> str | None:
+    """The whole path of the file a recompile reason points at. Dynamo shortens it from the left
+    (`mp/exp/model.py:6 in score`); the loaded module whose file ends so is the one, known only here
+    in the probed process."""
+    first = (reason or "").splitlines()[0] if reason else ""
+    match = _GUARD_LOCATION.search(first.split("  # ")[-1]) if "  # " in first else None
+    if match is None:
+        return None
+    short = match.group("file")
+    if os.path.isabs(short) and os.path.isfile(short):
+        return short
+    tail = short.lstrip(".")
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(tail):
+            return path
+    return None
 
 
 def _record(metrics: Any, phase: str) -> dict[str, Any]:
@@ -35,17 +58,24 @@ def _record(metrics: Any, phase: str) -> dict[str, Any]:
         if isinstance(value, str) and len(value) > _TEXT_LIMIT:
             value = value[:_TEXT_LIMIT]
         record[name] = value if value is None or isinstance(value, int | float | str) else str(value)
+    record["guard_file"] = guard_file(record["recompile_reason"])
     return record
 
 
 class DynamoWatch:
-    """Collects new compilation records and graph-break counts, labelled by phase."""
+    """Collects new compilation records and graph-break counts, labelled by phase.
+
+    A record is new if this watch has not seen that object: compile ids start again at 0/0 after
+    `torch._dynamo.reset()`, so an id says nothing. The records that were there before the watch
+    began are kept apart in `earlier` (a fallback from before still explains a dense call now).
+    """
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
+        self.earlier: list[dict[str, Any]] = []
         self.graph_breaks: dict[str, int] = {}
         self.unavailable: str | None = None
-        self._seen: set[str] = set()
+        self._seen: dict[int, Any] = {}  # id -> the record itself, held so that its id is not reused
         self._graph_break_base: dict[str, int] = {}
         try:
             from torch._dynamo.utils import counters, get_compilation_metrics
@@ -63,12 +93,10 @@ class DynamoWatch:
             return []
         new = []
         for metrics in self._metrics():
-            key = f"{getattr(metrics, 'compile_id', None)}|{getattr(metrics, 'co_name', None)}"
-            if key in self._seen:
+            if id(metrics) in self._seen:
                 continue
-            self._seen.add(key)
-            if phase != "before":
-                new.append(_record(metrics, phase))
+            self._seen[id(metrics)] = metrics
+            (self.earlier if phase == "before" else new).append(_record(metrics, phase))
         self.records.extend(new)
         for reason, count in self._counters["graph_break"].items():
             delta = count - self._graph_break_base.get(reason, 0)

@@ -9,7 +9,14 @@ calls never reach them. Everything is guarded by the shape of the objects and re
 A dense backward runs on the autograd engine's thread, where no user frame is on the stack. The
 call-site recorders therefore hang a gradient hook on each forward output (`watch_backward`): it
 fires just before the backward of that call, and names the forward site the next dense backward
-kernel belongs to.
+kernel belongs to. Calls no call-site recorder sees (a reference bound before recording began) are
+linked through autograd itself: the dense forward runs inside flex_attention's autograd Function,
+whose `ctx` comes back to its backward, so the forward's event rides on the ctx.
+
+The frames between the kernel and the user also tell how flex_attention got there (`ROUTES`): as
+plain Python outside torch.compile, as plain Python under a compiled wrapper (dynamo fell back), or
+from a compiled graph whose backend is not Inductor. Those frames are torch's own, so the route is
+None when a torch release names them otherwise.
 
 Probed side: standard library and torch only.
 """
@@ -22,15 +29,28 @@ import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dflashdoctor.observations import DenseEvent
+
+if TYPE_CHECKING:
+    from dflashdoctor.hooks.module_names import ModuleNamer
 
 _HOP_MODULE = "torch._higher_order_ops.flex_attention"
 _HOP_NAMES = {"flex_attention": "forward", "flex_attention_backward": "backward"}
 _SCORE_BYTES_PER_ELEMENT = 4  # the dense kernels build scores in float32 whatever the input dtype
 _STACK_DEPTH = 6
 _FIRST_TORCH_WITH_FLEX = (2, 5)
+_ROUTE_DEPTH = 80  # frames read from the kernel outwards for the route and the autograd ctx
+_FLEX_FILE = os.path.join("torch", "nn", "attention", "flex_attention.py")
+_EVAL_FRAME_FILE = os.path.join("torch", "_dynamo", "eval_frame.py")
+_HOP_WRAPPER = "_flex_attention_hop_wrapper"  # what flex_attention compiles when called outside torch.compile
+_FORWARDS_ON_CTX = "_dflashdoctor_dense_forwards"
+ROUTES = {
+    "raw": "flex_attention ran as plain Python, outside torch.compile",
+    "compiled-eager": "a torch.compile wrapper ran flex_attention as plain Python: dynamo fell back to eager",
+    "graph": "a compiled graph called the dense kernel: its torch.compile backend is not Inductor",
+}
 
 
 class BackwardOwner(Protocol):
@@ -69,6 +89,36 @@ def _site(frame: FrameType) -> dict[str, Any]:
     }
 
 
+def _autograd_ctx(candidate: Any) -> Any:
+    from torch.autograd.function import FunctionCtx
+
+    return candidate if isinstance(candidate, FunctionCtx) else None
+
+
+def _read_stack(frame: FrameType | None) -> tuple[str | None, Any]:
+    """The route of a dense kernel call (a key of ROUTES, or None) and the autograd ctx it runs in."""
+    ctx = None
+    flex_seen = hop_wrapper = compiled_above = False
+    for _ in range(_ROUTE_DEPTH):
+        if frame is None:
+            break
+        code = frame.f_code
+        if ctx is None and "ctx" in code.co_varnames:  # read f_locals only where a ctx can be
+            ctx = _autograd_ctx(frame.f_locals.get("ctx"))
+        if code.co_name == _HOP_WRAPPER:
+            hop_wrapper = True
+        elif code.co_name == "flex_attention" and code.co_filename.endswith(_FLEX_FILE):
+            flex_seen, compiled_above = True, False  # the outermost flex_attention frame decides
+        elif flex_seen and code.co_filename.endswith(_EVAL_FRAME_FILE):
+            compiled_above = True
+        frame = frame.f_back
+    if not flex_seen:
+        return None, ctx
+    if not compiled_above:
+        return "raw", ctx
+    return ("compiled-eager" if hop_wrapper else "graph"), ctx
+
+
 def _score_bytes(q_shape: list[int], kv_shape: list[int]) -> int:
     if len(q_shape) != 4 or len(kv_shape) != 4:
         return 0
@@ -90,6 +140,7 @@ class DenseFlexRecorder:
         measure_memory: bool = False,
         on_event: Callable[[DenseEvent], None] | None = None,
         max_events: int | None = None,
+        namer: ModuleNamer | None = None,
     ) -> None:
         """`skip_files`: harness files (a probe) that should never be named as the call site.
 
@@ -98,6 +149,7 @@ class DenseFlexRecorder:
         peaks, so it is off by default. `on_event` sees each event before its kernel runs (`run`
         logs it at once, and under --strict raises instead of running the kernel). `max_events`
         bounds the list for long runs: past it, the older half is dropped (counted in `dropped`).
+        `namer` names the nn.Module that made each dense call (`DenseEvent.layer`).
         """
         self.on_event = on_event
         self.max_events = max_events
@@ -106,6 +158,7 @@ class DenseFlexRecorder:
         self.phase = ""
         self.unavailable: str | None = None
         self.measure_memory = measure_memory
+        self.namer = namer
         # Per thread: the gradient hook and the backward kernel it announces run on the same autograd
         # thread (one per device), and data-parallel pairs backpropagate on several at once.
         self._backward_owner: dict[int, BackwardOwner] = {}
@@ -210,7 +263,9 @@ class DenseFlexRecorder:
         query, key = (*args, None, None)[:2]
         q_shape = list(getattr(query, "shape", ()))
         kv_shape = list(getattr(key, "shape", ()))
-        frames = _user_frames(sys._getframe(2), self.skip_prefixes)
+        caller = sys._getframe(2)
+        frames = _user_frames(caller, self.skip_prefixes)
+        route, ctx = _read_stack(caller)
         event = DenseEvent(
             kind=kind,
             phase=self.phase,
@@ -222,13 +277,39 @@ class DenseFlexRecorder:
             site=_site(frames[0]) if frames else None,
             stack=[f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in frames],
             thread=threading.current_thread().name,
+            route=route,
+            layer=self.namer.calling_module(frames[0]) if self.namer is not None and frames else None,
         )
+        if ctx is not None:
+            self._link_through_ctx(ctx, event)
         self.events.append(event)
         if self.max_events is not None and len(self.events) > self.max_events:
             half = len(self.events) // 2
             del self.events[:half]
             self.dropped += half
         return event
+
+    @staticmethod
+    def _link_through_ctx(ctx: Any, event: DenseEvent) -> None:
+        """A forward leaves its event on the autograd ctx; the backward of that ctx takes the one of
+        its shape (a graph holding several calls backpropagates them last first) and with it the
+        forward's site, route and layer."""
+        forwards = getattr(ctx, _FORWARDS_ON_CTX, None)
+        if event.kind == "forward":
+            if forwards is None:
+                try:
+                    setattr(ctx, _FORWARDS_ON_CTX, forwards := [])
+                except (AttributeError, TypeError):  # a ctx that takes no attributes: no link
+                    return
+            forwards.append(event)
+            return
+        for i in range(len(forwards or ()) - 1, -1, -1):
+            forward = forwards[i]
+            if forward.q_shape == event.q_shape:
+                del forwards[i]
+                event.site = forward.site or event.site
+                event.route, event.layer = forward.route, event.layer or forward.layer
+                return
 
     def _charge_backward(self, event: DenseEvent) -> None:
         owner = self._backward_owner.pop(threading.get_ident(), None)

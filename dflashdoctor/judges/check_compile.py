@@ -10,23 +10,31 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
-from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, RAISED, recompile_limit_record, skipped_frame_record
+from dflashdoctor.judges.dynamo_causes import (
+    DENSE_BACKENDS,
+    FIX_BACKEND,
+    FIX_RECOMPILE_LIMIT,
+    FIX_SKIPPED_FRAME,
+    FIX_WRAPPER,
+    last_guard,
+    parse_guard,
+    raised_exception,
+    recompile_limit_record,
+    skipped_frame_record,
+    why_the_guard_recompiles,
+)
 from dflashdoctor.judges.tables import shape_subject
 from dflashdoctor.observations import CheckCompileObservations
 from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import Bar, Comparison, ProbeResult, Where
 
 _TARGET_PHASES = ("target:", "numerics", "vary:")
-_COMPILE_ID_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
-_LOCATION = re.compile(r"(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$")
-_IMPORTED_GLOBAL = re.compile(r"G\['__import_(\w+?)'\]\.(\w+)")
-_PLAIN_GLOBAL = re.compile(r"G\['(\w+)'\]")
 _WARM_FORWARD = re.compile(r"^target:warm\d+$")
 _WARM_BACKWARD = re.compile(r"^target:warm\d+:backward$")
 _SCORE_MATRIX_FRACTION = 0.5  # a fused peak this close to one score matrix means it was built
@@ -50,40 +58,6 @@ def _ratio(dense: int | None, fused: int | None) -> float | None:
     if dense is None or fused is None:
         return None
     return round(dense / max(fused, 1), 1)
-
-
-@dataclass(frozen=True)
-class Guard:
-    """A failed guard from dynamo's recompile reason, in the user's words where possible."""
-
-    expression: str
-    source: str
-    where: Where | None
-
-    @property
-    def reads_global(self) -> bool:
-        return "global " in self.expression
-
-
-def parse_guard(reason: str, known_file: str | None) -> Guard:
-    """Dynamo writes `0/7: G['__import_pkg_dot_mod'].name == 3  # source line  # path:20 in fn`.
-
-    Global names come out as `global pkg.mod.name`; dynamo shortens long paths from the left, so a
-    path that is a suffix of the target's own file is taken to be that file.
-    """
-    first = _COMPILE_ID_PREFIX.sub("", first_line(reason, ""))
-    parts = [p.strip() for p in first.split("  # ")]
-    expression = _IMPORTED_GLOBAL.sub(lambda m: f"global {m.group(1).replace('_dot_', '.')}.{m.group(2)}", parts[0])
-    expression = _PLAIN_GLOBAL.sub(lambda m: f"global {m.group(1)}", expression)
-    location = _LOCATION.search(parts[-1]) if len(parts) > 1 else None
-    where = None
-    if location:
-        file = location.group("file")
-        if known_file and known_file.endswith(file.lstrip(".")):
-            file = known_file
-        where = Where(file=file, line=int(location.group("line")), function=location.group("fn"))
-    source = parts[1] if len(parts) > 2 else ""
-    return Guard(expression=expression, source=source, where=where)
 
 
 class CheckCompileJudge(Judge):
@@ -253,16 +227,13 @@ class CheckCompileJudge(Judge):
                 f"The target is compiled, but {names} compiles without Inductor: that backend runs "
                 "flex_attention's dense kernel just like eager."
             )
-            fix = "Compile flex_attention with the default backend: `torch.compile(flex_attention)`."
+            fix = FIX_BACKEND
         else:
             cause = (
                 "flex_attention only fuses when it runs inside torch.compile with Inductor; "
                 "called outside, it warns once per process and then stays silent."
             )
-            fix = (
-                "Call a wrapper made once at import, `_compiled = torch.compile(flex_attention)`, "
-                "instead of flex_attention itself (or compile the module that calls it)."
-            )
+            fix = FIX_WRAPPER
         for kind, events in (("forward", self.dense_fwd), ("backward", self.dense_bwd)):
             if not events:
                 continue
@@ -285,15 +256,9 @@ class CheckCompileJudge(Judge):
 
     def _recompile_limit_finding(self, limit: dict[str, Any]) -> None:
         reasons = [c["recompile_reason"] for c in self.compiles if c.get("recompile_reason")]
-        last_reason = limit.get("recompile_reason") or (reasons[-1] if reasons else "")
-        guard = parse_guard(last_reason, self.observations.target.get("file"))
+        guard = last_guard(self.compiles, limit, self.observations.target.get("file"))
         limit_value = self.observations.recompile_limit
-        why = (
-            "The guard is on a global Python value read while tracing (here by the score_mod or mask_mod), "
-            "so every new value is a new graph. "
-            if guard.reads_global
-            else ""
-        )
+        why = why_the_guard_recompiles(guard)
         self.findings.append(
             finding(
                 "recompile-limit-fallback",
@@ -315,20 +280,13 @@ class CheckCompileJudge(Judge):
                     "recompile_reasons": [first_line(r, "") for r in reasons][-10:],
                     **(self._dense_evidence() if self.dense_fwd or self.dense_bwd else {}),
                 },
-                fix=(
-                    "Do not read changing Python numbers in score_mod/mask_mod: capture them as tensors "
-                    "(e.g. `limit = torch.tensor(n, device=...)` in the closure) so the graph is reused. "
-                    "Raising recompile_limit only moves the cliff. Set "
-                    "`torch._dynamo.config.fail_on_recompile_limit_hit = True` so a run fails fast instead "
-                    "of silently running dense."
-                ),
+                fix=FIX_RECOMPILE_LIMIT,
                 refs=[_REFS_RECOMPILE],
             )
         )
 
     def _skip_finding(self, skip: dict[str, Any]) -> None:
-        match = RAISED.search(skip.get("fail_reason") or "")
-        exc = f"{match.group(1)}({match.group(2)})" if match else skip.get("fail_type")
+        exc = raised_exception(skip)
         raised_at = f"{skip.get('fail_user_frame_filename')}:{skip.get('fail_user_frame_lineno')}"
         where = self._first_dense_site(either=True) or Where(
             file=skip.get("fail_user_frame_filename"), line=skip.get("fail_user_frame_lineno")
@@ -354,11 +312,7 @@ class CheckCompileJudge(Judge):
                     "phase": skip["phase"],
                     **(self._dense_evidence() if self.dense_fwd or self.dense_bwd else {}),
                 },
-                fix=(
-                    "Fix the call so it does not raise (here: pass the arguments the first attempt lacked) "
-                    "instead of catching and retrying. If a process must recover, call "
-                    "`torch._dynamo.reset()` before the next compiled call."
-                ),
+                fix=FIX_SKIPPED_FRAME,
                 refs=[_REFS_RECOMPILE],
             )
         )

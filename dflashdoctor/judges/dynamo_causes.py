@@ -1,25 +1,61 @@
-"""Why a "compiled" flex_attention still ran dense, read from dynamo's compile records.
+"""Why a "compiled" flex_attention still ran dense, read from dynamo's compile records, said once.
 
-Shared by the judges: a recompile-limit failure and an exception that got a frame skipped are the
-two silent fallbacks to eager; a wrapper compiled with a backend that never reaches Inductor is the
-third way to run the dense kernels under torch.compile.
+Shared by every judge and by `dflashdoctor.testing`: a recompile-limit failure and an exception that
+got a frame skipped are the two silent fallbacks to eager; a wrapper compiled with a backend that
+never reaches Inductor is the third way to run the dense kernels under torch.compile. The sentences
+and fixes live here so that a report, a run and a failing test say the same thing.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
+
+from dflashdoctor.probe_support import first_line
+from dflashdoctor.report import Where
 
 RECOMPILE_LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit")
 RAISED = re.compile(r"raised exception (\w+)\((.*?)\)\s*$", re.MULTILINE)
 DENSE_BACKENDS = ("eager", "aot_eager", "aot_eager_decomp_partition")  # no Inductor: flex runs dense
 
+_COMPILE_ID_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
+_LOCATION = re.compile(r"(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$")
+_IMPORTED_GLOBAL = re.compile(r"G\['__import_(\w+?)'\]\.(\w+)")
+_PLAIN_GLOBAL = re.compile(r"G\['(\w+)'\]")
+
+NEVER_COMPILED = "never compiled: flex_attention called directly runs its dense kernel"
+DYNAMO_DISABLED = "dynamo disabled (TORCHDYNAMO_DISABLE=1 or torch._dynamo.config.disable): nothing is compiled"
+UNKNOWN_CAUSE = "unknown: no eager backend, recompile limit or skipped frame was recorded"
+COMPILED_BUT_EAGER = (
+    "a compiled wrapper ran flex_attention as plain Python (a fallback or graph break that dynamo left no "
+    "record of in this process)"
+)
+
+FIX_WRAPPER = (
+    "Call a wrapper made once at import, `_compiled = torch.compile(flex_attention)`, instead of "
+    "flex_attention itself (or compile the module that calls it)."
+)
+FIX_BACKEND = "Compile flex_attention with the default backend: `torch.compile(flex_attention)`."
+FIX_RECOMPILE_LIMIT = (
+    "Do not read changing Python numbers in score_mod/mask_mod: capture them as tensors "
+    "(e.g. `limit = torch.tensor(n, device=...)` in the closure) so the graph is reused. "
+    "Raising recompile_limit only moves the cliff. Set "
+    "`torch._dynamo.config.fail_on_recompile_limit_hit = True` so a run fails fast instead "
+    "of silently running dense."
+)
+FIX_SKIPPED_FRAME = (
+    "Fix the call so it does not raise (here: pass the arguments the first attempt lacked) "
+    "instead of catching and retrying. If a process must recover, call "
+    "`torch._dynamo.reset()` before the next compiled call."
+)
+FIX_DYNAMO_DISABLED = "Unset TORCHDYNAMO_DISABLE (and torch._dynamo.config.disable) for training runs."
+
 
 def recompile_limit_record(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The first compile that failed because the recompile limit was hit."""
     for record in records:
-        reason = (record.get("fail_reason") or "").lower()
-        if any(marker in reason for marker in RECOMPILE_LIMIT_MARKERS):
+        if is_recompile_limit(record):
             return record
     return None
 
@@ -27,6 +63,107 @@ def recompile_limit_record(records: list[dict[str, Any]]) -> dict[str, Any] | No
 def skipped_frame_record(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The first compile whose frame raised, which makes dynamo skip that code for the process."""
     for record in records:
-        if record.get("fail_type") and RAISED.search(record.get("fail_reason") or ""):
+        if is_skipped_frame(record):
             return record
     return None
+
+
+def is_recompile_limit(record: dict[str, Any]) -> bool:
+    reason = (record.get("fail_reason") or "").lower()
+    return any(marker in reason for marker in RECOMPILE_LIMIT_MARKERS)
+
+
+def is_skipped_frame(record: dict[str, Any]) -> bool:
+    return bool(record.get("fail_type")) and bool(RAISED.search(record.get("fail_reason") or ""))
+
+
+def eager_backend_cause(backend: str | None) -> str:
+    """`backend` None: a compiled graph called the dense kernel, under a backend not known by name."""
+    if backend:
+        return f"eager backend: torch.compile(backend={backend!r}) never reaches Inductor, so flex runs dense"
+    return (
+        "eager backend: the compiled graph that called it was compiled without Inductor (a backend such as "
+        "eager or aot_eager), so flex runs dense"
+    )
+
+
+def recompile_limit_cause(record: dict[str, Any]) -> str:
+    reason = first_line(record.get("fail_reason"), "")
+    return f"recompile limit: dynamo gave up on `{record.get('co_name')}` and runs it eagerly ({reason})"
+
+
+def skipped_frame_cause(record: dict[str, Any]) -> str:
+    return f"skipped frame: `{record.get('co_name')}` raised while compiling; dynamo runs it eagerly from then on"
+
+
+def raised_exception(record: dict[str, Any]) -> str | None:
+    """`Type(message)` of the exception that got a frame skipped, as dynamo wrote it."""
+    match = RAISED.search(record.get("fail_reason") or "")
+    return f"{match.group(1)}({match.group(2)})" if match else record.get("fail_type")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A failed guard from dynamo's recompile reason, in the user's words where possible."""
+
+    expression: str
+    source: str
+    where: Where | None
+
+    @property
+    def reads_global(self) -> bool:
+        return "global " in self.expression
+
+
+def parse_guard(reason: str, *known_files: str | None) -> Guard:
+    """Dynamo writes `0/7: G['__import_pkg_dot_mod'].name == 3  # source line  # path:20 in fn`.
+
+    Global names come out as `global pkg.mod.name`; dynamo shortens long paths from the left, so a
+    path that is a suffix of a known file (the target's own, the record's `guard_file`) is that file.
+    """
+    first = _COMPILE_ID_PREFIX.sub("", first_line(reason, ""))
+    parts = [p.strip() for p in first.split("  # ")]
+    expression = _IMPORTED_GLOBAL.sub(lambda m: f"global {m.group(1).replace('_dot_', '.')}.{m.group(2)}", parts[0])
+    expression = _PLAIN_GLOBAL.sub(lambda m: f"global {m.group(1)}", expression)
+    location = _LOCATION.search(parts[-1]) if len(parts) > 1 else None
+    where = None
+    if location:
+        file = location.group("file")
+        file = next((known for known in known_files if known and known.endswith(file.lstrip("."))), file)
+        where = Where(file=file, line=int(location.group("line")), function=location.group("fn"))
+    source = parts[1] if len(parts) > 2 else ""
+    return Guard(expression=expression, source=source, where=where)
+
+
+def last_guard(records: list[dict[str, Any]], limit: dict[str, Any], known_file: str | None) -> Guard:
+    """The guard whose failures used up the recompile limit: the limit record's own reason, else the
+    last recompile reason before it."""
+    with_reasons = [r for r in records if r.get("recompile_reason")]
+    source = limit if limit.get("recompile_reason") else (with_reasons[-1] if with_reasons else {})
+    return parse_guard(source.get("recompile_reason") or "", known_file, source.get("guard_file"))
+
+
+def why_the_guard_recompiles(guard: Guard) -> str:
+    if not guard.reads_global:
+        return ""
+    return (
+        "The guard is on a global Python value read while tracing (here by the score_mod or mask_mod), "
+        "so every new value is a new graph. "
+    )
+
+
+def frame_name(record: dict[str, Any], records: list[dict[str, Any]]) -> str | None:
+    """The function a compile record is about. A failed compile may carry no name (torch 2.13
+    leaves `co_name` empty on the recompile-limit record); the frame's other compiles, which share
+    its frame id (`0/` of `0/2`), do. The last such record before it counts: ids restart after a
+    `torch._dynamo.reset()`."""
+    if record.get("co_name"):
+        return record["co_name"]
+    frame = str(record.get("compile_id") or "").split("/")[0]
+    named = None
+    for other in records:
+        if other is record:
+            break
+        if other.get("co_name") and str(other.get("compile_id") or "").split("/")[0] == frame:
+            named = other["co_name"]
+    return named

@@ -13,9 +13,9 @@ import signal
 from typing import Any
 
 from dflashdoctor.agent.config import FINAL_SNAPSHOTS
-from dflashdoctor.agent.process import is_user_file
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
+from dflashdoctor.judges.autotuners import concurrent_entry_findings, user_frame
 from dflashdoctor.judges.base import Judge, frame_where, size_text
 from dflashdoctor.judges.known_causes import known_cause
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
@@ -26,19 +26,6 @@ from dflashdoctor.runs.events import ProcessLog
 
 _AGENT_THREAD = "dflashdoctor-sampler"
 _STEPS_KEPT = 200
-
-
-def _user_frame(frames: list[str]) -> str | None:
-    """The innermost frame of the user's code, as the agent decides it for exceptions (frames
-    `file:line in function`, innermost last); else the innermost."""
-    mine = (f for f in reversed(frames) if is_user_file(f.rsplit(" in ", 1)[0].rsplit(":", 1)[0]))
-    return next(mine, frames[-1] if frames else None)
-
-
-def _launch_frame(frames: list[str]) -> str | None:
-    """The line that launched an autotuned kernel: the frame before triton's launcher (`jit.py`)."""
-    launches = [i for i, f in enumerate(frames) if "/triton/runtime/jit.py:" in f]
-    return frames[launches[0] - 1] if launches and launches[0] > 0 else _user_frame(frames)
 
 
 def _observations(log: ProcessLog) -> dict[str, Any]:
@@ -192,26 +179,7 @@ class ProcessJudge(Judge):
 
     def _autotuners(self) -> None:
         overlaps = self.observations.get("autotuner_overlaps") or []
-        by_kernel: dict[str, list[dict[str, Any]]] = {}
-        for overlap in overlaps:
-            by_kernel.setdefault(overlap["kernel"], []).append(overlap)
-        for kernel, events in by_kernel.items():
-            first = events[0]
-            launch = _launch_frame(first["stacks"][1])
-            self.findings.append(
-                finding(
-                    "concurrent-autotuner-entry",
-                    f"Two threads inside the autotuner of `{kernel}` at once ({len(events)} times)",
-                    detail=f"Threads {first['threads'][0]} and {first['threads'][1]} were inside the same triton "
-                    "Autotuner instance together; its run() keeps per-call state on the instance, so they corrupt "
-                    f"each other (a crash or silently wrong tuning). Cold (tuning) at the overlap: {first['cold']}.",
-                    where=frame_where(launch),
-                    evidence={"overlaps": events[:4], "count": len(events)},
-                    fix="One process per GPU pair (torchrun) instead of threads; or run the target forwards one "
-                    "after another; or wrap training in dflashdoctor.hooks.AutotunerGuard(serialize=True). "
-                    "`dflashdoctor race` proves each fix.",
-                )
-            )
+        self.findings.extend(concurrent_entry_findings(overlaps))
         if self.log.instrumented is not None:
             kernels = self.observations.get("autotuned_kernels") or []
             status = "fail" if overlaps else "pass"
@@ -224,8 +192,8 @@ class ProcessJudge(Judge):
         threads = [t for t in self.hang_stacks.get("threads", []) if t["name"] != _AGENT_THREAD]
         threads = [t for t in threads if not any("dflashdoctor/agent/process.py" in f for f in t["frames"])]
         main = next((t for t in threads if t["name"] in ("MainThread",) or "current" in t["name"]), None)
-        frame = _user_frame(main["frames"]) if main and main["frames"] else None
-        waits = "; ".join(f"{t['name']} at {_user_frame(t['frames'])}" for t in threads if t["frames"]) or "unknown"
+        frame = user_frame(main["frames"]) if main and main["frames"] else None
+        waits = "; ".join(f"{t['name']} at {user_frame(t['frames'])}" for t in threads if t["frames"]) or "unknown"
         tool = self.hang_stacks.get("tool", "?")
         note = f" ({self.hang_stacks['note']})" if self.hang_stacks.get("note") else ""
         self.findings.append(

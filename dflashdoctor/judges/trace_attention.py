@@ -14,11 +14,20 @@ from typing import Any, Literal
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, count_text, size_text
-from dflashdoctor.judges.dynamo_causes import DENSE_BACKENDS, recompile_limit_record, skipped_frame_record
+from dflashdoctor.judges.dynamo_causes import (
+    DENSE_BACKENDS,
+    DYNAMO_DISABLED,
+    NEVER_COMPILED,
+    UNKNOWN_CAUSE,
+    eager_backend_cause,
+    recompile_limit_cause,
+    recompile_limit_record,
+    skipped_frame_cause,
+    skipped_frame_record,
+)
 from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding
 from dflashdoctor.judges.tables import call_site_table
 from dflashdoctor.observations import TraceAttentionObservations
-from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import ProbeResult, Where
 
 _FLEX = "flex_attention"
@@ -116,20 +125,19 @@ def dense_cause(row: dict[str, Any], observations: TraceAttentionObservations) -
     """Why a flex site ran dense, from how it was called and what dynamo recorded."""
     backend = row.get("backend")
     if row["path"] == "raw-flex" and not row["in_outer_region"]:
-        return "never compiled: flex_attention called directly runs its dense kernel"
+        return NEVER_COMPILED
     if backend in DENSE_BACKENDS:
-        return f"eager backend: torch.compile(backend={backend!r}) never reaches Inductor, so flex runs dense"
+        return eager_backend_cause(backend)
     if observations.dynamo_disabled:
-        return "dynamo disabled (TORCHDYNAMO_DISABLE=1 or torch._dynamo.config.disable): nothing is compiled"
+        return DYNAMO_DISABLED
     compiles = observations.compiles
     limit = recompile_limit_record(compiles)
     if limit:
-        reason = first_line(limit.get("fail_reason"), "")
-        return f"recompile limit: dynamo gave up on `{limit.get('co_name')}` and runs it eagerly ({reason})"
+        return recompile_limit_cause(limit)
     skipped = skipped_frame_record(compiles)
     if skipped:
-        return f"skipped frame: `{skipped.get('co_name')}` raised while compiling; dynamo runs it eagerly from then on"
-    return "unknown: no eager backend, recompile limit or skipped frame was recorded"
+        return skipped_frame_cause(skipped)
+    return UNKNOWN_CAUSE
 
 
 def _memory_note(site: dict[str, Any], direction: str) -> str:
