@@ -168,8 +168,8 @@ class CacheObservations:
 @dataclass
 class BlockObservations:
     """`dflashdoctor.testing`: what one block of a user's own test saw, every thread counted.
-    `earlier_compiles` are dynamo's records from before the block: a fallback from then still
-    explains a dense call made in it."""
+    `earlier_compiles` are dynamo's records from before the block, kept when the block ran a dense
+    kernel: a fallback from then still explains a dense call made in it."""
 
     dense_events: list[DenseEvent] = field(default_factory=list)
     dense_dropped: int = 0  # counted but no longer kept (past the hook's bound)

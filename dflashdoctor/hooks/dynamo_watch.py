@@ -29,6 +29,7 @@ _FIELDS = (
     "inductor_fx_local_cache_miss_count",
 )
 _TEXT_LIMIT = 2000
+_RESOLVED: dict[str, str] = {}  # a shortened path -> the loaded module's file it was found to be
 _GUARD_LOCATION = re.compile(r"(?P<file>\S+):\d+ in \S+\s*$")  # the last `  # ` part of a recompile reason
 
 
@@ -44,9 +45,12 @@ def guard_file(reason: str | None) -> str | None:
     if os.path.isabs(short) and os.path.isfile(short):
         return short
     tail = short.lstrip(".")
+    if tail in _RESOLVED:
+        return _RESOLVED[tail]
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and path.endswith(tail):
+            _RESOLVED[tail] = path
             return path
     return None
 
@@ -67,12 +71,13 @@ class DynamoWatch:
 
     A record is new if this watch has not seen that object: compile ids start again at 0/0 after
     `torch._dynamo.reset()`, so an id says nothing. The records that were there before the watch
-    began are kept apart in `earlier` (a fallback from before still explains a dense call now).
+    began are kept apart, read into `earlier()` only when asked (a fallback from before still
+    explains a dense call now; a watch per test block should not pay for reading them otherwise).
     """
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
-        self.earlier: list[dict[str, Any]] = []
+        self._before: list[Any] = []
         self.graph_breaks: dict[str, int] = {}
         self.unavailable: str | None = None
         self._seen: dict[int, Any] = {}  # id -> the record itself, held so that its id is not reused
@@ -87,6 +92,10 @@ class DynamoWatch:
         self._graph_break_base = dict(counters["graph_break"])
         self.collect("before")
 
+    def earlier(self) -> list[dict[str, Any]]:
+        """The records that were there before this watch began."""
+        return [_record(metrics, "before") for metrics in self._before]
+
     def collect(self, phase: str) -> list[dict[str, Any]]:
         """Records that appeared since the last call, labelled with `phase`."""
         if self.unavailable:
@@ -96,7 +105,10 @@ class DynamoWatch:
             if id(metrics) in self._seen:
                 continue
             self._seen[id(metrics)] = metrics
-            (self.earlier if phase == "before" else new).append(_record(metrics, phase))
+            if phase == "before":
+                self._before.append(metrics)
+            else:
+                new.append(_record(metrics, phase))
         self.records.extend(new)
         for reason, count in self._counters["graph_break"].items():
             delta = count - self._graph_break_base.get(reason, 0)

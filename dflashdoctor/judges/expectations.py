@@ -46,6 +46,14 @@ def _where(event: DenseEvent) -> Where | None:
     return Where(file=site.get("file"), line=site.get("line"), function=site.get("function"), module=event.layer)
 
 
+def _thread(event: DenseEvent) -> str:
+    """A thread Python did not start (autograd's engine runs CUDA backwards on its own, which
+    Python names `Dummy-N`) is said to be that."""
+    if event.kind == "backward" and event.thread.startswith("Dummy-"):
+        return f"autograd's engine thread ({event.thread})"
+    return f"thread {event.thread}"
+
+
 def _fallbacks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if is_recompile_limit(r) or is_skipped_frame(r)]
 
@@ -90,7 +98,7 @@ def dense_findings(block: BlockObservations) -> list[Finding]:
         first = events[0]
         cause, fix = dense_cause(first, block)
         name = first.layer or (first.site or {}).get("function")
-        threads = sorted({e.thread for e in events})
+        threads = sorted({_thread(e) for e in events})
         of_forward = " (the backward of the forward called there)" if kind == "backward" and first.site else ""
         findings.append(
             finding(
@@ -99,7 +107,7 @@ def dense_findings(block: BlockObservations) -> list[Finding]:
                 f"({plural(len(events), 'call')}){of_forward}",
                 detail=(
                     f"q {first.q_shape} kv {first.kv_shape} {first.dtype} on {first.device}, on "
-                    f"{'thread' if len(threads) == 1 else 'threads'} {', '.join(threads)}; each call builds a "
+                    f"{', '.join(threads)}; each call builds a "
                     f"float32 score matrix of {size_text(first.score_matrix_bytes)}. Cause: {cause}."
                 ),
                 where=_where(first),

@@ -77,11 +77,12 @@ class Recording:
             watch.collect("block")
         dense = self._dense
         guard = self._guard
+        events = list(dense.events[max(0, self._dense_mark - dense.dropped) :]) if dense else []
         return BlockObservations(
-            dense_events=list(dense.events[max(0, self._dense_mark - dense.dropped) :]) if dense else [],
+            dense_events=events,
             dense_dropped=max(0, dense.dropped - self._dense_mark) if dense else 0,
             compiles=list(watch.records) if watch else [],
-            earlier_compiles=list(watch.earlier) if watch else [],
+            earlier_compiles=watch.earlier() if watch and events else [],  # they explain dense calls only
             autotuner_overlaps=[e.to_dict() for e in guard.events[self._guard_mark :]] if guard else [],
             dynamo_disabled=bool(_dynamo_config("disable", False)),
             recompile_limit=_dynamo_config("recompile_limit", _dynamo_config("cache_size_limit", None)),

@@ -23,7 +23,7 @@ _MAX_DENSE_EVENTS = 10_000
 class SharedHooks:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._dense: DenseFlexRecorder | None = None
+        self._dense: DenseFlexRecorder | None = None  # made once, installed while any block is open
         self._dense_users = 0
         self._guard: AutotunerGuard | None = None
         self._guard_users = 0
@@ -34,17 +34,21 @@ class SharedHooks:
 
         with self._lock:
             if self._dense is None:
-                recorder = DenseFlexRecorder(namer=ModuleNamer(), max_events=_MAX_DENSE_EVENTS)
-                self._dense = recorder.__enter__()
+                self._dense = DenseFlexRecorder(namer=ModuleNamer(), max_events=_MAX_DENSE_EVENTS)
+            if self._dense_users == 0:
+                self._dense.__enter__()
             self._dense_users += 1
             return self._dense
 
     def close_dense(self) -> None:
         with self._lock:
             self._dense_users -= 1
-            if self._dense_users == 0 and self._dense is not None:
-                self._dense.restore()
-                self._dense = None
+            dense = self._dense
+            if self._dense_users == 0 and dense is not None:
+                dense.restore()
+                # Nobody reads the events any more; counted as dropped, the next block's marks stay apart.
+                dense.dropped += len(dense.events)
+                dense.events.clear()
 
     def open_guard(self) -> AutotunerGuard:
         from dflashdoctor.hooks.autotuner_guard import AutotunerGuard

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import ROOT
+
 pytest_plugins = ["pytester"]
 
 # A model as users write one: layers that call flex_attention through whatever `attend` is.
@@ -244,32 +246,40 @@ def test_a_skipped_frame_is_a_fallback(pytester: pytest.Pytester) -> None:
 
 
 def test_a_transformers_model_on_its_flex_path_passes(pytester: pytest.Pytester) -> None:
-    """transformers compiles flex_attention itself (its own singleton): a model built with
-    attn_implementation="flex_attention" runs fused, so the marked test passes."""
+    """The docs' model test as it is: transformers compiles flex_attention itself (its own
+    singleton), so a model built with attn_implementation="flex_attention" runs fused and passes."""
+    pytester.makepyfile(test_model_fused=(ROOT / "docs" / "examples" / "test_model_fused.py").read_text())
+    result, outcomes = _run(pytester)
+    assert outcomes["test_forward_runs_fused_attention"] == ("passed", ""), result.stdout.str()
+    assert "1 test watched; flex_attention ran its dense kernel in 0 of them, from 0 call sites" in result.stdout.str()
+
+
+def test_the_eager_wrapper_drafter_fails_naming_its_five_layers(pytester: pytest.Pytester) -> None:
+    """The reference drafter with a wrapper compiled for the eager backend: every layer's forward is
+    dense (on the CPU, forward only), each named by its module, the cause the backend."""
     pytester.makepyfile(
-        test_hf="""
-        import pytest
+        test_drafter="""
         import torch
-        from transformers import LlamaConfig, LlamaForCausalLM
+
+        from dflashdoctor.models import build_config
+        from dflashdoctor.reference.drafter_step import make_drafter_step
+        from dflashdoctor.testing import expect_fused
 
 
-        @pytest.mark.flex_fused
-        def test_llama_forward(flex_recording):
-            config = LlamaConfig(
-                vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-            )
-            torch.manual_seed(0)
-            model = LlamaForCausalLM._from_config(config, attn_implementation="flex_attention").eval()
-            with torch.no_grad():
-                model(torch.randint(0, 64, (1, 128)))
-            assert model.config._attn_implementation == "flex_attention"
-            assert not flex_recording.dense_events
+        def test_eager_wrapper():
+            config = build_config("qwen27b-dflash", "tiny")
+            _drafter, step = make_drafter_step(config, "cpu", torch.float32, "eager-wrapper", backward=False)
+            with expect_fused():
+                step()
         """
     )
-    result, outcomes = _run(pytester)
-    assert outcomes["test_llama_forward"] == ("passed", ""), result.stdout.str()
-    assert "1 test watched; flex_attention ran its dense kernel in 0 of them, from 0 call sites" in result.stdout.str()
+    _result, outcomes = _run(pytester)
+    status, message = outcomes["test_eager_wrapper"]
+    assert status == "failed"
+    assert "ran its dense kernel 5 times (5 forward, 0 backward) from 5 call sites" in message
+    for layer in range(5):
+        assert f"[error] dense-forward layers.{layer}.self_attn: flex_attention forward ran the dense kernel" in message
+    assert message.count("Cause: eager backend") == 5
 
 
 def test_the_option_watches_every_test(pytester: pytest.Pytester) -> None:
