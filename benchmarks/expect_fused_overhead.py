@@ -15,36 +15,27 @@ The cost of one empty block is timed on its own as well.
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
+from drafter_bench import describe, drafter_options, drafter_step, seconds_per_step, use
 from torch.nn.attention.flex_attention import flex_attention
 
-from dflashdoctor.models import build_config
-from dflashdoctor.reference.drafter_step import make_drafter_step
 from dflashdoctor.testing import expect_fused, record
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def _per_step(step: Callable[[], None], steps: int, device: str, checked: bool) -> float:
-    _sync(device)
-    started = time.perf_counter()
-    for _ in range(steps):
-        if checked:
-            with expect_fused():
-                step()
-        else:
+    if not checked:
+        return seconds_per_step(step, steps, device)
+
+    def checked_step() -> None:
+        with expect_fused():
             step()
-    _sync(device)
-    return (time.perf_counter() - started) / steps
+
+    return seconds_per_step(checked_step, steps, device)
 
 
 def _bootstrap(plain: list[float], checked: list[float], rounds: int = 2000) -> tuple[float, float]:
@@ -57,22 +48,9 @@ def _bootstrap(plain: list[float], checked: list[float], rounds: int = 2000) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=50, help="steps per timed sample")
-    parser.add_argument("--context", type=int, default=4096, help="context tokens before the draft blocks")
-    parser.add_argument("--blocks", type=int, default=16, help="draft blocks of 16 tokens")
-    args = parser.parse_args()
-    cuda = args.device == "cuda"
-    config = build_config("qwen27b-dflash", "full" if cuda else "tiny")
-    dtype = torch.bfloat16 if cuda else torch.float32
-    drafter, step = make_drafter_step(
-        config, args.device, dtype, None, backward=cuda, blocks=args.blocks, context_len=args.context
-    )
-    compiled = torch.compile(flex_attention)
-    for layer in drafter.layers:
-        layer["self_attn"].attention = compiled
+    args = drafter_options(__doc__.splitlines()[0])
+    config, drafter, step = drafter_step(args)
+    use(drafter, torch.compile(flex_attention))
     with record() as warm:
         for _ in range(3):
             step()
@@ -93,11 +71,7 @@ def main() -> None:
 
     plain_ms, checked_ms = (statistics.median(times[k]) * 1e3 for k in ("plain", "checked"))
     low, high = _bootstrap(times["plain"], times["checked"])
-    print(
-        f"device {args.device} ({torch.cuda.get_device_name() if cuda else 'cpu'}), torch {torch.__version__}, "
-        f"drafter {config.num_hidden_layers} layers hidden {config.hidden_size}, q {args.blocks * 16} "
-        f"kv {args.context + args.blocks * 16}, {'forward+backward' if cuda else 'forward'}"
-    )
+    print(describe(args, config))
     print(f"{args.repeats} repeats x 2 samples x {args.steps} steps per mode; one expect_fused() block per step")
     print(f"{'plain ms/step':>14} {'checked ms/step':>16} {'ratio':>6} {'95% interval':>16}")
     print(f"{plain_ms:14.3f} {checked_ms:16.3f} {checked_ms / plain_ms:6.3f}   [{low:.3f}, {high:.3f}]")

@@ -17,53 +17,22 @@ traced/plain.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import time
-from collections.abc import Callable
 from contextlib import ExitStack
 
 import torch
+from drafter_bench import describe, drafter_options, drafter_step, seconds_per_step, use
 from torch.nn.attention.flex_attention import flex_attention
 
 from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.hf_attention import HFAttentionRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
-from dflashdoctor.models import build_config
-from dflashdoctor.reference.drafter_step import make_drafter_step
-
-
-def _use(drafter: torch.nn.Module, wrapper: Callable[..., torch.Tensor]) -> None:
-    for layer in drafter.layers:
-        layer["self_attn"].attention = wrapper
-
-
-def _per_step(step: Callable[[], None], steps: int, device: str) -> float:
-    if device == "cuda":
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - started) / steps
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=50, help="steps per timed sample")
-    parser.add_argument("--context", type=int, default=4096, help="context tokens before the draft blocks")
-    parser.add_argument("--blocks", type=int, default=16, help="draft blocks of 16 tokens")
-    args = parser.parse_args()
-    cuda = args.device == "cuda"
-    config = build_config("qwen27b-dflash", "full" if cuda else "tiny")
-    dtype = torch.bfloat16 if cuda else torch.float32
-    drafter, step = make_drafter_step(
-        config, args.device, dtype, None, backward=cuda, blocks=args.blocks, context_len=args.context
-    )
+    args = drafter_options(__doc__.splitlines()[0])
+    config, drafter, step = drafter_step(args)
     plain = torch.compile(flex_attention)
     namer = ModuleNamer()
     dense = DenseFlexRecorder(measure_memory=True)
@@ -72,10 +41,10 @@ def main() -> None:
         tracing.enter_context(HFAttentionRecorder(None, dense, namer))
         recorder = tracing.enter_context(FlexCallRecorder(dense, namer))
         traced = torch.compile(flex_attention)  # a recording wrapper, as trace-attention gives user code
-        _use(drafter, traced)
+        use(drafter, traced)
         for _ in range(3):
             step()
-    _use(drafter, plain)
+    use(drafter, plain)
     for _ in range(3):
         step()
 
@@ -84,8 +53,8 @@ def main() -> None:
             if mode == "traced":
                 for recorder_context in (dense, HFAttentionRecorder(None, dense, namer), recorder):
                     tracing.enter_context(recorder_context)
-            _use(drafter, traced if mode == "traced" else plain)
-            return _per_step(step, args.steps, args.device)
+            use(drafter, traced if mode == "traced" else plain)
+            return seconds_per_step(step, args.steps, args.device)
 
     times: dict[str, list[float]] = {"plain": [], "traced": []}
     for _ in range(args.repeats):
@@ -95,11 +64,7 @@ def main() -> None:
         raise SystemExit(f"the benchmark step ran {len(dense.events)} dense flex kernels: not a fused step")
     plain_ms, traced_ms = (statistics.median(times[k]) * 1e3 for k in ("plain", "traced"))
     calls = sum(site.calls for site in recorder.sites.values())
-    print(
-        f"device {args.device} ({torch.cuda.get_device_name() if cuda else 'cpu'}), torch {torch.__version__}, "
-        f"drafter {config.num_hidden_layers} layers hidden {config.hidden_size}, q {args.blocks * 16} "
-        f"kv {args.context + args.blocks * 16}, {'forward+backward' if cuda else 'forward'}"
-    )
+    print(describe(args, config))
     print(f"{args.repeats} repeats x 2 samples x {args.steps} steps per mode; {calls} flex calls recorded while traced")
     print(f"{'plain ms/step':>14} {'traced ms/step':>15} {'ratio':>6}")
     print(f"{plain_ms:14.3f} {traced_ms:15.3f} {traced_ms / plain_ms:6.3f}")

@@ -46,6 +46,10 @@ _FLEX_FILE = os.path.join("torch", "nn", "attention", "flex_attention.py")
 _EVAL_FRAME_FILE = os.path.join("torch", "_dynamo", "eval_frame.py")
 _HOP_WRAPPER = "_flex_attention_hop_wrapper"  # what flex_attention compiles when called outside torch.compile
 _FORWARDS_ON_CTX = "_dflashdoctor_dense_forwards"
+# dflashdoctor's own instrumentation, never a call site: another recorder's stand-in may sit between
+# the user and the kernel (a test's expect_fused() inside a `dflashdoctor run`).
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_INSTRUMENTATION = tuple(os.path.join(_PACKAGE, part) + os.sep for part in ("hooks", "agent", "testing"))
 ROUTES = {
     "raw": "flex_attention ran as plain Python, outside torch.compile",
     "compiled-eager": "a torch.compile wrapper ran flex_attention as plain Python: dynamo fell back to eager",
@@ -164,7 +168,7 @@ class DenseFlexRecorder:
         self._backward_owner: dict[int, BackwardOwner] = {}
         self._saved: list[tuple[Any, Any, Callable[..., Any]]] = []
         self.skip_prefixes = (
-            os.path.abspath(__file__),
+            *_INSTRUMENTATION,
             _torch_dir(),
             os.path.abspath(threading.__file__),
             *(os.path.abspath(f) for f in skip_files),

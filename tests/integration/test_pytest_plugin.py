@@ -404,3 +404,31 @@ def test_the_plugin_module_imports_no_torch() -> None:
 
     code = "import sys, dflashdoctor.pytest_plugin; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+def test_inside_dflashdoctor_run_the_site_is_still_the_users_line(pytester: pytest.Pytester) -> None:
+    """`dflashdoctor run -- pytest`: the run's own flex recorder stands between the test and the
+    kernel; neither the plugin nor the run names that stand-in as the call site."""
+    import subprocess
+
+    pytester.makepyfile(
+        test_under_run='''
+        import pytest
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+
+        @pytest.mark.flex_fused
+        def test_raw():
+            x = torch.randn(1, 2, 128, 16)
+            flex_attention(x, x, x)
+        '''
+    )
+    test_file = pytester.path / "test_under_run.py"
+    command = [sys.executable, "-m", "dflashdoctor", "run", "--report-dir", str(pytester.path / "report"), "--"]
+    command += [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)]
+    done = subprocess.run(command, cwd=pytester.path, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = test_file.read_text().splitlines().index("    flex_attention(x, x, x)") + 1
+    assert f"at {test_file}:{line} in test_raw" in done.stdout  # the plugin's failure message
+    assert "flex_calls.py" not in done.stdout

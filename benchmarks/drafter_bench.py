@@ -1,0 +1,64 @@
+"""What the drafter-step benchmarks share: their options and the reference drafter they time.
+
+The reference drafter at the qwen27b-dflash preset (full scale on CUDA, tiny on CPU); one step is
+forward and, on CUDA, backward (flex_attention has no backward on the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from dflashdoctor.models import build_config
+from dflashdoctor.reference.drafter_step import make_drafter_step
+
+
+def drafter_options(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=50, help="steps per timed sample")
+    parser.add_argument("--context", type=int, default=4096, help="context tokens before the draft blocks")
+    parser.add_argument("--blocks", type=int, default=16, help="draft blocks of 16 tokens")
+    return parser.parse_args()
+
+
+def drafter_step(args: argparse.Namespace) -> tuple[Any, torch.nn.Module, Callable[[], None]]:
+    """The preset's config, the drafter and its step, at the shape the options give."""
+    cuda = args.device == "cuda"
+    config = build_config("qwen27b-dflash", "full" if cuda else "tiny")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    drafter, step = make_drafter_step(
+        config, args.device, dtype, None, backward=cuda, blocks=args.blocks, context_len=args.context
+    )
+    return config, drafter, step
+
+
+def use(drafter: torch.nn.Module, wrapper: Callable[..., torch.Tensor]) -> None:
+    """Every layer calls `wrapper` for its attention."""
+    for layer in drafter.layers:
+        layer["self_attn"].attention = wrapper
+
+
+def seconds_per_step(step: Callable[[], None], steps: int, device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - started) / steps
+
+
+def describe(args: argparse.Namespace, config: Any) -> str:
+    cuda = args.device == "cuda"
+    return (
+        f"device {args.device} ({torch.cuda.get_device_name() if cuda else 'cpu'}), torch {torch.__version__}, "
+        f"drafter {config.num_hidden_layers} layers hidden {config.hidden_size}, q {args.blocks * 16} "
+        f"kv {args.context + args.blocks * 16}, {'forward+backward' if cuda else 'forward'}"
+    )
