@@ -68,12 +68,13 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     from dflashdoctor.testing import Recording
     from dflashdoctor.testing.expectations import CHECKS, failure
 
-    with Recording(autotuners="no-shared-autotuner" in checks) as recording:
-        try:
+    recording = Recording(autotuners="no-shared-autotuner" in checks)
+    try:
+        with recording:
             result = yield
-        finally:  # a test that raised is counted too; its own exception is what it reports
-            block = recording.observations()
-            item.config.stash[_WATCHED].append((item.nodeid, [f for check in checks for f in CHECKS[check][1](block)]))
+    finally:  # a test that raised is counted too; its own exception is what it reports
+        block = recording.observations()
+        item.config.stash[_WATCHED].append((item.nodeid, [f for check in checks for f in CHECKS[check][1](block)]))
     error = failure(recording, *checks)
     if error is not None:
         raise error
