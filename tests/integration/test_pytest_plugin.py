@@ -132,6 +132,39 @@ def test_markers_fail_dense_sites_and_pass_fused_ones(pytester: pytest.Pytester)
             assert hop.py_kernels[DispatchKey.CompositeExplicitAutograd] is original
 
 
+        def test_blocks_on_two_threads_that_close_out_of_order():
+            # A opens, B opens, A closes: B's hook stays until B closes, and B still sees its call.
+            import threading
+
+            from dflashdoctor.testing import record
+
+            x = inputs()
+            a_open, a_closed, outcome = threading.Event(), threading.Event(), {}
+
+            def thread_a():
+                with record() as seen:
+                    a_open.set()
+                    b_open.wait(10)
+                outcome["a"] = len(seen.dense_events)
+                a_closed.set()
+
+            b_open = threading.Event()
+            a = threading.Thread(target=thread_a)
+            a.start()
+            a_open.wait(10)
+            with record() as seen_b:
+                b_open.set()
+                a_closed.wait(10)
+                flex_attention(x, x, x)  # after A closed
+            a.join()
+            assert outcome["a"] == 0 and len(seen_b.dense_events) == 1
+            from torch._C import DispatchKey
+            import sys
+
+            hop = sys.modules["torch._higher_order_ops.flex_attention"].flex_attention
+            assert not hasattr(hop.py_kernels[DispatchKey.CompositeExplicitAutograd], "__wrapped__")
+
+
         def test_fixture_gives_the_events(flex_recording):
             x = inputs()
             flex_attention(x, x, x)
@@ -147,6 +180,7 @@ def test_markers_fail_dense_sites_and_pass_fused_ones(pytester: pytest.Pytester)
     assert outcomes["test_compiled_wrapper"] == ("passed", ""), text
     assert outcomes["test_nested_and_raising_blocks"] == ("passed", ""), text
     assert outcomes["test_fixture_gives_the_events"] == ("passed", ""), text
+    assert outcomes["test_blocks_on_two_threads_that_close_out_of_order"] == ("passed", ""), text
 
     status, raw = outcomes["test_raw_call"]
     assert status == "failed"
@@ -412,7 +446,7 @@ def test_inside_dflashdoctor_run_the_site_is_still_the_users_line(pytester: pyte
     import subprocess
 
     pytester.makepyfile(
-        test_under_run='''
+        test_under_run="""
         import pytest
         import torch
         from torch.nn.attention.flex_attention import flex_attention
@@ -422,7 +456,7 @@ def test_inside_dflashdoctor_run_the_site_is_still_the_users_line(pytester: pyte
         def test_raw():
             x = torch.randn(1, 2, 128, 16)
             flex_attention(x, x, x)
-        '''
+        """
     )
     test_file = pytester.path / "test_under_run.py"
     command = [sys.executable, "-m", "dflashdoctor", "run", "--report-dir", str(pytester.path / "report"), "--"]
