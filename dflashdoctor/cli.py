@@ -399,12 +399,15 @@ def cache_check(
     triton_dir: TritonDirOpt = None,
     inductor_dir: InductorDirOpt = None,
     all_roots: AllRootsOpt = False,
+    python: PythonOpt = None,
+    ssh: SshOpt = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Find every broken, interrupted or stale entry, and hazards of where the caches live."""
-    _probe("cache", CacheOptions("check", triton_dir, inductor_dir, all_roots), json_output, report_dir, verbose)
+    options = CacheOptions("check", triton_dir, inductor_dir, all_roots, python=python, ssh=ssh)
+    _probe("cache", options, json_output, report_dir, verbose)
 
 
 @cache_app.command("fix")

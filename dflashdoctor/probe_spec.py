@@ -28,4 +28,3 @@ class ProbeSpec:
     from_gate: Callable[[Any, str | None, str | None], Any] | None = None
     # packages whose absence there means the probe does not apply, and why
     skipped_without: dict[str, str] = field(default_factory=dict)
-    local_only: str = ""  # reads this machine's files, so not run on another (--ssh): what to run there

@@ -1,32 +1,30 @@
 """`cache check|fix|restore`: scan the roots in this process (files only: nothing is imported,
-executed or unpickled), then quarantine or restore, and judge."""
+executed or unpickled), then quarantine or restore, and judge. `cache check --ssh HOST` scans that
+machine's roots there (probes/cache_check.py, the same scan); fix and restore change files, and only
+on this machine."""
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import time
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.cache import quarantine as q
-from dflashdoctor.cache.environment import inspect_root
-from dflashdoctor.cache.inductor_scan import scan_inductor
 from dflashdoctor.cache.model import RootScan
 from dflashdoctor.cache.roots import CacheRoot, absolute, resolve_roots
 from dflashdoctor.cache.safe_fs import Untrusted, refused_because
-from dflashdoctor.cache.triton_scan import scan_triton
+from dflashdoctor.cache.scan import installed_triton, named_roots_usable, scan_root, scan_roots
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.cache import judge
 from dflashdoctor.limits import seconds_problem
 from dflashdoctor.observations import CacheObservations
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.report import Report
-from dflashdoctor.session import finish, new_report
+from dflashdoctor.session import PROBE_TIMEOUT_S, finish, new_report, probe_into_report, probe_python
 
 if TYPE_CHECKING:
     from dflashdoctor.gate.config import GateConfig
@@ -42,20 +40,8 @@ class CacheOptions:
     all_roots: bool = False
     quarantine: Path | None = None  # restore: this quarantine folder (default: every open one of each root)
     wait_s: float = 300.0  # fix, restore: how long to wait for another run working on the same root
-
-
-def _usable_dir(path: Path, option: str) -> None:
-    """A root the user named must be a readable folder; a root found by default may be absent."""
-    try:
-        path.stat()
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise BadInput(f"{option} {path}: a symbolic link loop") from None
-        raise BadInput(f"{option} {path} does not exist") from None
-    if not path.is_dir():
-        raise BadInput(f"{option} {path} is a file, not a cache folder")
-    if not os.access(path, os.R_OK | os.X_OK):
-        raise BadInput(f"{option} {path} cannot be read by this user")
+    python: str | None = None  # check --ssh: the interpreter there
+    ssh: str | None = None  # check: scan that machine's roots, there
 
 
 def _named_quarantine(folder: Path) -> tuple[Path, str]:
@@ -69,24 +55,6 @@ def _named_quarantine(folder: Path) -> tuple[Path, str]:
     return root, path.name
 
 
-def _installed_triton() -> str | None:
-    try:
-        return metadata.version("triton")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _scan(root: CacheRoot, triton_version: str | None) -> tuple[RootScan, dict[str, Any]]:
-    if not root.path.is_dir():
-        return RootScan(root.kind, str(root.path), root.source, exists=False), {}
-    if root.kind == "triton":
-        scan = scan_triton(root.path, root.source, triton_version)
-    else:
-        scan = scan_inductor(root.path, root.source)
-    facts = inspect_root(root.path, os.environ) | {"relative": root.relative, "source": root.source}
-    return scan, facts
-
-
 def cache(options: CacheOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
     try:
         return _cache(options, argv, budgets or Budgets())
@@ -97,41 +65,57 @@ def cache(options: CacheOptions, argv: list[str], budgets: Budgets | None = None
 def _cache(options: CacheOptions, argv: list[str], budgets: Budgets) -> Report:
     if options.action not in ACTIONS:
         raise BadInput(f"unknown cache action {options.action!r}; expected one of {', '.join(ACTIONS)}")
-    for path, option in ((options.triton_dir, "--triton-dir"), (options.inductor_dir, "--inductor-dir")):
-        if path is not None:
-            _usable_dir(path, option)
     problem = seconds_problem(options.wait_s, "--wait", zero_means="does not wait")
     if problem:
         raise BadInput(problem)
+    if options.ssh is not None:
+        return _check_there(options, argv, budgets)
     named = _named_quarantine(options.quarantine) if options.quarantine is not None else None
     started = time.monotonic()
     report = new_report("cache", argv)
-    roots = resolve_roots(os.environ, options.triton_dir, options.inductor_dir, options.all_roots)
-    report.environment.update(target=", ".join(f"{r.kind} {r.path}" for r in roots))
-    triton_version = _installed_triton()
-    report.environment["triton"] = triton_version
     log = q.RepairLog()
     scans: list[RootScan] = []
     facts: dict[str, dict[str, Any]] = {}
     if options.action == "restore":
+        named_roots_usable(options.triton_dir, options.inductor_dir)
+        roots = resolve_roots(os.environ, options.triton_dir, options.inductor_dir, options.all_roots)
         _restore(roots, named, options.wait_s, log)  # restored entries are the broken ones, knowingly: no scan
     else:
-        for root in roots:
-            scan, facts[str(root.path)] = _scan(root, triton_version)
-            scans.append(scan)
+        roots, scans, facts = scan_roots(os.environ, options.triton_dir, options.inductor_dir, options.all_roots)
         if options.action == "fix":
-            _fix(roots, scans, facts, triton_version, options.wait_s, log)
+            _fix(roots, scans, facts, installed_triton(), options.wait_s, log)
+    report.environment.update(target=", ".join(f"{r.kind} {r.path}" for r in roots), triton=installed_triton())
     observations = CacheObservations(scans=scans, facts=facts, log=log)
     report.observations["cache"] = asdict(observations)
     report.results.extend(judge(observations, budgets))
     return finish(report, started)
 
 
-def from_gate(config: GateConfig, _python: str | None, _ssh: str | None) -> CacheOptions:
+def _check_there(options: CacheOptions, argv: list[str], budgets: Budgets) -> Report:
+    """`cache check` on another machine: its roots, scanned there, judged here."""
+    if options.action != "check":
+        raise BadInput(f"cache {options.action} changes files on this machine only: run it on {options.ssh} itself")
+    started = time.monotonic()
+    report = new_report("cache", argv)
+    config = {
+        "triton_dir": str(options.triton_dir) if options.triton_dir else None,
+        "inductor_dir": str(options.inductor_dir) if options.inductor_dir else None,
+        "all_roots": options.all_roots,
+    }
+    python = probe_python(options.python, options.ssh)
+    probe_into_report(report, SPEC, config, python=python, timeout_s=PROBE_TIMEOUT_S, budgets=budgets, ssh=options.ssh)
+    payload = report.observations.get("cache") or {}
+    report.environment.update(target=payload.get("roots", ""), triton=payload.get("triton"))
+    return finish(report, started)
+
+
+def from_gate(config: GateConfig, python: str | None, ssh: str | None) -> CacheOptions:
     return CacheOptions(
         "check",
         Path(config.triton_dir) if config.triton_dir else None,
         Path(config.inductor_dir) if config.inductor_dir else None,
+        python=python,
+        ssh=ssh,
     )
 
 
@@ -141,9 +125,8 @@ SPEC = ProbeSpec(
     observations=CacheObservations,
     judge=judge,
     command=cache,
-    script=None,
+    script="cache_check.py",  # --ssh; on this machine the command scans in its own process
     from_gate=from_gate,
-    local_only="run `dflashdoctor cache check` on that machine",
 )
 
 
@@ -205,7 +188,7 @@ def _fix(
             runs = home.resume_unfinished(log.refusals)
             log.fixed += [(str(home.root), run) for run in runs]
             retried = {o.original for run in runs for o in run.outcomes if o.state == "failed"}  # in their manifest
-            scans[index], facts[scans[index].path] = _scan(roots[index], triton_version)
+            scans[index], facts[scans[index].path] = scan_root(roots[index], triton_version)
             try:
                 run = home.quarantine(scans[index].kind, [p for p in scans[index].problems if p.entry not in retried])
             except OSError as exc:  # no quarantine folder or manifest could be written: nothing was moved

@@ -129,13 +129,54 @@ def test_a_python_missing_there_is_one_line_naming_it(tmp_path, sshd):
     )
 
 
-def test_gate_over_ssh_skips_what_only_runs_here(tmp_path, sshd):
+def test_gate_over_ssh_checks_that_machines_caches_there(tmp_path, sshd):
+    """The cache check runs on the other side too: its roots, as its environment names them."""
     destination, options = sshd
     (tmp_path / "dflashdoctor.toml").write_text('probes = ["env", "check-compile", "cache"]\n')
     run = run_cli(tmp_path, "gate", "--ssh", destination, "--python", sys.executable, env=_env(options))
     assert run.code == 0, run.stdout[-3000:] + run.stderr[-2000:]
     statuses = {r["probe"]: r["status"] for r in run.report["results"]}
-    assert statuses == {"env": "pass", "check-compile": "pass", "cache": "skipped"}
+    assert statuses == {"env": "pass", "check-compile": "pass", "cache": "pass"}
+
+
+def test_cache_check_over_ssh_scans_there_and_fix_stays_here(tmp_path, sshd):
+    """A root that exists only in the remote session's environment is scanned there and found
+    broken; fix and restore refuse --ssh (the option is not theirs)."""
+    from tests.cache_tree import healthy_tree, truncate_binary
+
+    destination, options = sshd
+    root = tmp_path / "remote-triton"
+    truncate_binary(healthy_tree(root, 2)[1])
+    run = run_cli(
+        tmp_path,
+        "cache",
+        "check",
+        "--triton-dir",
+        str(root),
+        "--ssh",
+        destination,
+        "--python",
+        sys.executable,
+        env=_env(options),
+    )
+    assert run.code == 1, run.stdout[-3000:] + run.stderr[-2000:]
+    assert run.report["environment"]["probed_host"] == destination
+    assert [f["code"] for f in run.findings() if f["severity"] == "error"] == ["cache-corrupt-entry"]
+    missing = run_cli(
+        tmp_path,
+        "cache",
+        "check",
+        "--triton-dir",
+        str(tmp_path / "nothing"),
+        "--ssh",
+        destination,
+        "--python",
+        sys.executable,
+        env=_env(options),
+    )
+    assert missing.code == 2 and missing.stderr.strip().endswith("does not exist")
+    refused = run_cli(tmp_path, "cache", "fix", "--ssh", destination, env=_env(options))
+    assert refused.code == 2 and "--ssh" in refused.stderr
 
 
 @pytest.mark.parametrize(
