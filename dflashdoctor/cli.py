@@ -21,6 +21,7 @@ from dflashdoctor.commands.run import RunOptions
 from dflashdoctor.commands.show import show
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions
 from dflashdoctor.errors import BadInput
+from dflashdoctor.gate.hostfile import nodes_of
 from dflashdoctor.limits import seconds_problem
 from dflashdoctor.models import preset_names
 from dflashdoctor.output import destination_problem, emit, new_report_dir
@@ -323,13 +324,33 @@ def gate_command(
         Path | None, typer.Option(callback=_writable(folder=False), help="Also write the SARIF 2.1.0 here.")
     ] = None,
     python: PythonOpt = None,
-    ssh: SshOpt = None,
+    ssh: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ssh",
+            help="HOST, user@HOST or HOST:PORT: gate that machine over ssh; again for each node of a cluster.",
+        ),
+    ] = None,
+    hostfile: Annotated[
+        str | None,
+        typer.Option(help="Gate every node of a `host slots=N` hostfile (DeepSpeed, MPI) at once; - reads stdin."),
+    ] = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the probes that apply, against the configured budgets: one pass/fail step before a long run."""
-    options = GateOptions(config=config, cwd=Path.cwd(), target=target, device=device, python=python, ssh=ssh)
+    hosts = ssh or []
+    nodes = nodes_of(hostfile, hosts) if hostfile is not None or len(hosts) > 1 else []
+    options = GateOptions(
+        config=config,
+        cwd=Path.cwd(),
+        target=target,
+        device=device,
+        python=python,
+        ssh=hosts[0] if hosts and not nodes else None,
+        nodes=nodes,
+    )
     report = gate(options, _argv())
     code = emit(
         report,

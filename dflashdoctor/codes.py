@@ -68,6 +68,15 @@ CODES: dict[str, tuple[Severity, str]] = {
         "a quarantine or manifest not the user's own, writable by others, or naming paths outside its root and "
         "quarantine: nothing of it moved",
     ),
+    "node-unreachable": (
+        "error",
+        "the gate could not run on one node (ssh failed, or its interpreter is missing); the others still report",
+    ),
+    "node-mismatch": (
+        "error",
+        "nodes differ in what matters (versions, driver, GPUs, cache filesystem, hazards, recompile limit), "
+        "or a check fails on some nodes only; names the odd node out",
+    ),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
     "child-failed": ("error", "the command under `run` exited non-zero or died by a signal"),
     "run-interrupted": ("error", "dflashdoctor got Ctrl-C or SIGTERM and stopped the run before it ended (exit 3)"),

@@ -39,6 +39,26 @@ def evidence(request, tmp_path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def venv_without_triton(tmp_path_factory) -> str:
+    """A virtual environment with this torch and its dependencies only, as a CPU-only install has
+    (shared by the tests that need an interpreter unlike the one running them)."""
+    import torch
+
+    venv = tmp_path_factory.mktemp("no-triton") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    requirement = f"torch=={torch.__version__.split('+')[0]}"
+    done = subprocess.run([python, "-m", "pip", "install", "-q", requirement], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"could not install {requirement} into a new venv: {done.stderr.strip()[-300:]}")
+    # A CUDA torch from PyPI brings triton along; a CPU-only one does not: make it so either way.
+    subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "triton"], capture_output=True)
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('triton') is not None)"
+    assert subprocess.run([python, "-c", probe]).returncode == 0
+    return python
+
+
+@pytest.fixture(scope="session")
 def sarif_schema(request) -> Path:
     """SARIF 2.1.0's published JSON schema (tests/schemas.py says where it comes from)."""
     return schemas.fetch(schemas.SARIF_2_1_0, request.config.cache.mkdir("published-schemas"))

@@ -5,18 +5,24 @@ Each probe runs as its own command would (`registry.PROBES`), judged by its own 
 team's budgets; the gate only puts the sections together. The probes run at once by default (each
 is its own process; most of a probe's time is starting Python and importing torch);
 `parallel = false` runs them one after another, for timings taken on an otherwise idle machine
-(check-compile's compile and call times share the GPU and CPUs otherwise)."""
+(check-compile's compile and call times share the GPU and CPUs otherwise).
+
+With several nodes (`--hostfile`, `--ssh` more than once) the gate runs so on each of them at once
+and compares them (gate/nodes.py)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflashdoctor.errors import MissingPackage
 from dflashdoctor.gate.config import GateConfig, load_config
+from dflashdoctor.gate.hostfile import Node
 from dflashdoctor.gate.merge import drop_repeated_findings
+from dflashdoctor.gate.nodes import gate_nodes, nodes_report
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.session import finish, new_report
@@ -30,6 +36,7 @@ class GateOptions:
     device: str | None = None
     python: str | None = None
     ssh: str | None = None  # [user@]host[:port]: the probed side runs there
+    nodes: list[Node] = field(default_factory=list)  # several: the gate on each, compared (hostfile, --ssh)
 
 
 def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -> Report:
@@ -53,6 +60,27 @@ def _skipped(argv: list[str], probe: str, why: str) -> Report:
     return report
 
 
+def _probe_reports(config: GateConfig, python: str | None, ssh: str | None) -> list[Report]:
+    with ThreadPoolExecutor(max_workers=len(config.probes) if config.parallel else 1) as pool:
+        return list(pool.map(lambda name: _probe(name, config, python, ssh), config.probes))
+
+
+def _gate_one(
+    config: GateConfig, environment: dict[str, str], python: str | None, ssh: str | None, argv: list[str]
+) -> Report:
+    """The gate on one machine: this one, or `ssh`."""
+    started = time.monotonic()
+    report = new_report("gate", argv)
+    report.environment.update(environment)
+    for sub in _probe_reports(config, python, ssh):
+        report.results.extend(sub.results)
+        report.observations.update(sub.observations)
+        for key, value in sub.environment.items():
+            report.environment.setdefault(key, value)
+    drop_repeated_findings(report.results)
+    return finish(report, started)
+
+
 def gate(options: GateOptions, argv: list[str]) -> Report:
     config, source = load_config(options.config, options.cwd)
     if options.target:
@@ -60,15 +88,14 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
     if options.device:
         config.device = options.device
     config.validate()  # the overrides too, whichever probes run, before any starts
+    environment = {"target": config.target, "gate_config": source}
+    if not options.nodes:
+        return _gate_one(config, environment, options.python, options.ssh, argv)
     started = time.monotonic()
-    report = new_report("gate", argv)
-    report.environment.update(target=config.target, gate_config=source)
-    with ThreadPoolExecutor(max_workers=len(config.probes) if config.parallel else 1) as pool:
-        reports = list(pool.map(lambda name: _probe(name, config, options.python, options.ssh), config.probes))
-    for sub in reports:
-        report.results.extend(sub.results)
-        report.observations.update(sub.observations)
-        for key, value in sub.environment.items():
-            report.environment.setdefault(key, value)
-    drop_repeated_findings(report.results)
-    return finish(report, started)
+    outcomes = gate_nodes(
+        options.nodes,
+        lambda node: _gate_one(config, environment, node.python or options.python, node.spec, argv),
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        in_flight=config.nodes_in_flight,
+    )
+    return nodes_report(outcomes, argv, environment, started)

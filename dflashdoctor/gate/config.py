@@ -12,6 +12,8 @@ from typing import Any
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.commands.check_compile import CheckCompileOptions
 from dflashdoctor.errors import BadInput
+from dflashdoctor.gate.hostfile import MAX_NODES
+from dflashdoctor.gate.nodes import NODES_IN_FLIGHT
 from dflashdoctor.limits import MAX_VARY, count_problem, seconds_problem
 from dflashdoctor.registry import GATE_PROBES as PROBES
 from dflashdoctor.session import PROBE_TIMEOUT_S
@@ -39,6 +41,7 @@ class GateConfig:
     inductor_dir: str | None = None
     timeout: float = PROBE_TIMEOUT_S
     parallel: bool = True  # run the probes at once; false for timings on an otherwise idle machine
+    nodes_in_flight: int = NODES_IN_FLIGHT  # with several nodes: gated at once
 
     def budgets(self) -> Budgets:
         """What every probe of the gate is judged against."""
@@ -70,6 +73,7 @@ class GateConfig:
             count_problem(self.vary, "vary", 0, MAX_VARY),
             count_problem(self.max_recompiles, "max_recompiles", 0),
             count_problem(self.max_graph_breaks, "max_graph_breaks", 0),
+            count_problem(self.nodes_in_flight, "nodes_in_flight", 1, MAX_NODES),
             seconds_problem(self.timeout, "timeout"),
             None
             if self.max_compile_seconds is None

@@ -180,25 +180,6 @@ def test_python_runs_the_probed_side_in_another_virtual_environment(tmp_path):
     )
 
 
-@pytest.fixture(scope="module")
-def venv_without_triton(tmp_path_factory) -> str:
-    """A virtual environment with this torch and its dependencies only, as a CPU-only install has."""
-    import torch
-
-    venv = tmp_path_factory.mktemp("no-triton") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    requirement = f"torch=={torch.__version__.split('+')[0]}"
-    done = subprocess.run([python, "-m", "pip", "install", "-q", requirement], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"could not install {requirement} into a new venv: {done.stderr.strip()[-300:]}")
-    # A CUDA torch from PyPI brings triton along; a CPU-only one does not: make it so either way.
-    subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "triton"], capture_output=True)
-    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('triton') is not None)"
-    assert subprocess.run([python, "-c", probe]).returncode == 0
-    return python
-
-
 def test_gate_skips_the_race_where_triton_is_not_installed(tmp_path, venv_without_triton):
     run = gate(tmp_path, "--python", venv_without_triton, config='probes = ["env", "race"]\n')
     assert run.code == 0, run.stdout[-3000:] + run.stderr[-2000:]

@@ -7,58 +7,25 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.conftest import run_cli
+from tests.integration.sshd import HAVE_SSH, client_key, client_options, free_port, start_sshd, user
 
-SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
-pytestmark = pytest.mark.skipif(SSHD is None or shutil.which("ssh") is None, reason="needs sshd and ssh")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = pytest.mark.skipif(not HAVE_SSH, reason="needs sshd and ssh")
 
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
     """A key-only sshd on 127.0.0.1 for the current user; yields (destination, ssh options)."""
     home = tmp_path_factory.mktemp("sshd")
-    for key in ("host_key", "client_key"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(home / key)], check=True)
-    shutil.copy(home / "client_key.pub", home / "authorized_keys")
-    port = _free_port()
-    (home / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {home / 'host_key'}\n"
-        f"AuthorizedKeysFile {home / 'authorized_keys'}\nPidFile {home / 'sshd.pid'}\nStrictModes no\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
-        "PermitRootLogin prohibit-password\nUsePAM no\nSubsystem sftp internal-sftp\n"
-    )
-    if os.geteuid() == 0:
-        os.makedirs("/run/sshd", exist_ok=True)
-    server = subprocess.Popen([SSHD, "-D", "-e", "-f", str(home / "sshd_config")], stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        if server.poll() is not None:
-            pytest.skip(f"sshd did not start: {server.stderr.read().decode()[-500:]}")
-        time.sleep(0.1)
-    options = (
-        f"-F /dev/null -i {home / 'client_key'} -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new "
-        f"-o UserKnownHostsFile={home / 'known_hosts'}"
-    )
-    user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
-    yield f"{user}@127.0.0.1:{port}", options
-    server.terminate()
-    server.wait(timeout=10)
+    key = client_key(home)
+    server = start_sshd(home, key)
+    yield f"{user()}@127.0.0.1:{server.port}", client_options(home, key)
+    server.stop()
 
 
 @pytest.fixture
@@ -193,7 +160,7 @@ def test_bad_ssh_spec_is_one_line_and_exit_2(tmp_path, spec, message):
 
 def test_unreachable_host_is_one_line_and_exit_2(tmp_path, sshd):
     _, options = sshd
-    run = run_cli(tmp_path, "env", "--ssh", f"127.0.0.1:{_free_port()}", env=_env(options))
+    run = run_cli(tmp_path, "env", "--ssh", f"127.0.0.1:{free_port()}", env=_env(options))
     assert run.code == 2
     (line,) = run.stderr.strip().splitlines()
     assert line.startswith("dflashdoctor: --ssh 127.0.0.1: ") and "refused" in line
