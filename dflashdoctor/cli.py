@@ -16,8 +16,9 @@ from dflashdoctor.commands.cache import CacheOptions
 from dflashdoctor.commands.check_compile import CheckCompileOptions
 from dflashdoctor.commands.env import EnvOptions
 from dflashdoctor.commands.gate import GateOptions, gate
+from dflashdoctor.commands.merge import merge
 from dflashdoctor.commands.race import RaceOptions
-from dflashdoctor.commands.run import RunOptions
+from dflashdoctor.commands.run import RunOptions, merge_when_first, report_folder
 from dflashdoctor.commands.show import show
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions
 from dflashdoctor.errors import BadInput
@@ -286,6 +287,14 @@ def run_command(
     strict: Annotated[
         bool, typer.Option(help="Make dynamo's recompile-limit fallback and dense flex_attention kernels raise.")
     ] = False,
+    merge_wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            callback=_seconds("merges what is there"),
+            help="On several nodes, node 0: seconds to wait for the other nodes' parts before merging.",
+        ),
+    ] = RunOptions.merge_wait_s,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
@@ -296,7 +305,8 @@ def run_command(
     """
     if "--" not in sys.argv:  # without it the command's own options (--steps, --json) would be taken as ours
         raise BadInput("put the command after --, e.g. dflashdoctor run -- python train.py")
-    directory = report_dir or new_report_dir("run")
+    folder, part = report_folder(report_dir, list(ctx.args), os.environ)
+    directory = folder or new_report_dir("run")
     options = RunOptions(
         command=list(ctx.args),
         report_dir=directory,
@@ -305,8 +315,23 @@ def run_command(
         memory_snapshot=memory_snapshot,
         strict=strict,
         stdout_to_stderr=json_output,
+        part=part,
+        merge_wait_s=merge_wait,
     )
-    _probe("run", options, json_output, directory, verbose)
+    report = PROBES["run"].command(options, _argv(), None)
+    code = emit(report, json_output=json_output, report_dir=directory, verbose=verbose)
+    raise typer.Exit(merge_when_first(options, code, _argv()))
+
+
+@app.command("merge")
+def merge_command(
+    directory: Annotated[Path, typer.Argument(help="The --report-dir every node of a run wrote its part in.")],
+    json_output: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """One report of a run on several nodes, from each node's part: per node, per rank. Runs nothing."""
+    report = merge(directory, _argv())
+    raise typer.Exit(emit(report, json_output=json_output, report_dir=directory, verbose=verbose))
 
 
 @app.command("gate")

@@ -77,6 +77,7 @@ CODES: dict[str, tuple[Severity, str]] = {
         "nodes differ in what matters (versions, driver, GPUs, cache filesystem, hazards, recompile limit), "
         "or a check fails on some nodes only; names the odd node out",
     ),
+    "node-missing": ("error", "a node's part of a run on several nodes never came, or never finished"),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
     "child-failed": ("error", "the command under `run` exited non-zero or died by a signal"),
     "run-interrupted": ("error", "dflashdoctor got Ctrl-C or SIGTERM and stopped the run before it ended (exit 3)"),

@@ -1,9 +1,15 @@
-"""`run -- CMD`: the user's own command under instrumentation, one report for all its processes."""
+"""`run -- CMD`: the user's own command under instrumentation, one report for all its processes.
+
+On several nodes (torchrun's --nnodes, Slurm) each node's run is a part: `--report-dir` is the folder
+all nodes share, each writes under its own `node<rank>-<host>` in it (runs/parts.py), and the node of
+rank 0 waits for the others and merges the parts into one report there (commands/merge.py)."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,9 +20,12 @@ from dflashdoctor.judges.run import judge
 from dflashdoctor.limits import MAX_STEPS, count_problem
 from dflashdoctor.observations import RunObservations
 from dflashdoctor.probe_spec import ProbeSpec
+from dflashdoctor.render import write_report_dir
+from dflashdoctor.render.text import encodable_report
 from dflashdoctor.report import Report
 from dflashdoctor.runs import launch
 from dflashdoctor.runs.events import read_logs
+from dflashdoctor.runs.parts import NodePart, node_part, wait_for_parts, write_part
 from dflashdoctor.runs.watch import watch
 from dflashdoctor.session import finish, new_report
 
@@ -30,12 +39,30 @@ class RunOptions:
     memory_snapshot: bool = False
     strict: bool = False
     stdout_to_stderr: bool = False  # --json: the command's output must not mix with the report on stdout
+    part: NodePart | None = None  # one node's part of a run on several (report_dir is then its folder)
+    merge_wait_s: float = 600.0  # the node of rank 0: how long to wait for the other nodes' parts
+
+
+def report_folder(
+    shared: Path | None, command: list[str], environ: Mapping[str, str]
+) -> tuple[Path | None, NodePart | None]:
+    """Where this run's report goes: the folder given, or on several nodes this node's part of it."""
+    part = node_part(command, environ)
+    if part is None:
+        return shared, None
+    if shared is None:
+        raise BadInput(
+            f"a run on {part.nnodes} nodes needs --report-dir: a folder every node shares, where each writes its part"
+        )
+    return shared / part.folder, part
 
 
 def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
     command = launch.resolve_command(options.command)
     if options.steps is not None and count_problem(options.steps, "--steps", 1, MAX_STEPS):
         raise BadInput(count_problem(options.steps, "--steps", 1, MAX_STEPS))
+    if options.part is not None:
+        write_part(options.report_dir, options.part, options.command)
     events = options.report_dir / "events"
     try:
         events.mkdir(parents=True, exist_ok=True)
@@ -61,6 +88,29 @@ def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) ->
     if instrumented:
         report.environment["torch"] = instrumented.get("torch")
     return finish(report, started)
+
+
+def merge_when_first(options: RunOptions, code: int, argv: list[str]) -> int:
+    """On the node of rank 0 of several: once the other nodes' parts are in (or the wait is over),
+    the merged report goes beside them, and the worse of the two exit codes is this run's."""
+    from dflashdoctor.commands.merge import merge
+
+    part = options.part
+    if part is None or part.node_rank != 0:
+        return code
+    shared = options.report_dir.parent
+    print(
+        f"dflashdoctor run: waiting up to {options.merge_wait_s:g} s for {part.nnodes - 1} other nodes", file=sys.stderr
+    )
+    parts = wait_for_parts(shared, part.nnodes, options.merge_wait_s)
+    merged = merge(shared, argv, parts)
+    write_report_dir(encodable_report(merged), shared, merged.observations_json())
+    finished = sum(1 for p in parts if p.report is not None)
+    print(
+        f"dflashdoctor run: {finished} of {part.nnodes} nodes merged, {merged.verdict.upper()}: {shared}/report.html",
+        file=sys.stderr,
+    )
+    return max(code, merged.exit_code())
 
 
 SPEC = ProbeSpec(

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Protocol
 
@@ -42,7 +43,18 @@ def write_report_dir(report: Report, directory: Path, observations: str | None =
     given (`Report.observations_json`); returns the directory."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, format_name in FILES.items():
-        (directory / name).write_text(FORMATS[format_name](report), encoding="utf-8")
+        _write_whole(directory / name, FORMATS[format_name](report))
     if observations is not None:
-        (directory / "observations.json").write_text(observations, encoding="utf-8")
+        _write_whole(directory / "observations.json", observations)
     return directory
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Written beside and renamed over: a reader in another process (`merge` on a node of a
+    multi-node run, polling a shared folder) sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

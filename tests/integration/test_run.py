@@ -5,6 +5,7 @@ inside modules, --steps and --strict, and instrumentation that must never change
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -62,7 +63,7 @@ def test_deadlock_is_reported_as_a_hang_with_both_threads_stacks(tmp_path, tool)
 
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="needs torchrun")
 def test_torchrun_gives_a_section_per_rank_and_finds_the_fault_on_rank_1(tmp_path):
-    script = str(SCRIPTS / "ddp_fault_on_rank1.py")
+    script = str(SCRIPTS / "ddp_fault_on_one_rank.py")
     result = run(tmp_path, "--hang-timeout", "120", "--", "torchrun", "--standalone", "--nproc-per-node", "2", script)
     assert result.code == 1, result.stdout + result.stderr
     sections = {r["probe"].split(" (")[0]: r for r in result.report["results"][1:]}
@@ -70,7 +71,7 @@ def test_torchrun_gives_a_section_per_rank_and_finds_the_fault_on_rank_1(tmp_pat
     assert sections["rank 0"]["status"] == "pass" and sections["rank 1"]["status"] == "fail"
     (dense,) = result.findings("dense-forward")
     assert dense["evidence"]["rank"] == 1
-    assert (dense["where"]["file"], dense["where"]["line"]) == (script, _line("ddp_fault_on_rank1.py", "FLEX_LINE"))
+    assert (dense["where"]["file"], dense["where"]["line"]) == (script, _line("ddp_fault_on_one_rank.py", "FLEX_LINE"))
     assert sections["rank 0"]["measurements"]["steps"] == 3 == sections["rank 1"]["measurements"]["steps"]
 
 
@@ -213,3 +214,93 @@ def test_reference_trainer_faults_on_the_cpu(tmp_path, fault, code, expected):
         return
     found = result.findings(expected)
     assert found and all(f["where"]["module"].startswith("drafter.layers.") for f in found)
+
+
+def _two_node_run(shared: Path, node_rank: int, port: int, *extra: str) -> subprocess.Popen[str]:
+    """One node's `dflashdoctor run` of a two-node torchrun (static rendezvous on loopback, gloo)."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node_rank)]
+    torchrun += ["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    command = [sys.executable, "-m", "dflashdoctor", "run", "--report-dir", str(shared), *extra]
+    command += ["--", *torchrun, str(SCRIPTS / "ddp_fault_on_one_rank.py")]
+    env = {**os.environ, "FAULT_RANK": "3"}
+    return subprocess.Popen(
+        command, cwd=shared.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _merge(folder: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "dflashdoctor", "merge", str(folder), "--json"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_two_nodes_merge_into_one_report_by_rank(tmp_path):
+    """Two `dflashdoctor run` processes act as two nodes of a torchrun job (--nnodes 2, node ranks 0
+    and 1, two workers each), rank 3 calling flex_attention raw: each writes its part under the shared
+    folder, node 0 merges them, and the merged report holds four ranks over two nodes with the dense
+    finding on rank 3 alone. `merge` run again gives the same."""
+    from tests.integration.sshd import free_port
+
+    shared = tmp_path / "shared"
+    port = free_port()
+    nodes = [_two_node_run(shared, rank, port, "--merge-wait", "120", "--hang-timeout", "120") for rank in (0, 1)]
+    outputs = [node.communicate(timeout=600) for node in nodes]
+    codes = [node.returncode for node in nodes]
+    assert codes == [1, 1], outputs  # node 0: the merged verdict (rank 3's dense call); node 1: its own
+    assert "2 of 2 nodes merged, FAIL" in outputs[0][1]
+    parts = sorted(p.name for p in shared.iterdir() if p.is_dir())
+    assert [p.split("-")[0] for p in parts] == ["node0", "node1"]
+    merged = json.loads((shared / "report.json").read_text())
+    assert merged["command"] == "merge"
+    overview = merged["results"][0]
+    (ranks,) = [t for t in overview["tables"] if t["title"] == "ranks"]
+    assert sorted((row[0], row[2], row[3]) for row in ranks["rows"]) == [
+        ("0", "0", "0"),
+        ("0", "1", "1"),
+        ("1", "2", "0"),
+        ("1", "3", "1"),
+    ]
+    assert {row[4] for row in ranks["rows"]} == {"4"}  # the world size torch.distributed saw
+    sections = {r["probe"]: r for r in merged["results"]}
+    assert {"node 0: rank 0 (local rank 0)", "node 1: rank 3 (local rank 1)"} <= set(sections)
+    dense = [
+        (r["probe"], f["evidence"]["rank"])
+        for r in merged["results"]
+        for f in r["findings"]
+        if f["code"] == "dense-forward"
+    ]
+    assert dense == [("node 1: rank 3 (local rank 1)", 3)]
+    assert sections["node 1: rank 3 (local rank 1)"]["status"] == "fail"
+    assert sections["node 0: rank 1 (local rank 1)"]["status"] == "pass"
+
+    again = _merge(shared)
+    assert again.returncode == 1, again.stderr
+    document = json.loads(again.stdout)
+    assert [r["probe"] for r in document["results"]] == [r["probe"] for r in merged["results"]]
+
+
+def test_a_node_that_never_reports_is_a_finding_and_merge_needs_a_folder(tmp_path):
+    """Node 0 alone (its peer never starts): torchrun waits in its rendezvous until the watchdog stops
+    it, node 0 waits for its peer's part, then merges what is there, naming the missing node and where
+    the launcher hung. `merge` of a folder with no parts is bad input."""
+    from tests.integration.sshd import free_port
+
+    shared = tmp_path / "shared"
+    node = _two_node_run(shared, 0, free_port(), "--merge-wait", "1", "--hang-timeout", "10")
+    node.communicate(timeout=600)
+    assert node.returncode == 1
+    merged = json.loads((shared / "report.json").read_text())
+    (missing,) = [f for f in merged["results"][0]["findings"] if f["code"] == "node-missing"]
+    assert missing["evidence"]["absent"] == 1
+    hangs = [f for r in merged["results"] for f in r["findings"] if f["code"] == "hang"]
+    assert hangs and "rendezvous" in hangs[0]["where"]["file"]
+    (tmp_path / "empty").mkdir()
+    empty = _merge(tmp_path / "empty")
+    assert empty.returncode == 2 and "holds no node's part" in empty.stderr
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "train.py"]
+    unshared = subprocess.run(
+        [sys.executable, "-m", "dflashdoctor", "run", "--", *torchrun], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert unshared.returncode == 2
+    assert unshared.stderr.strip() == (
+        "dflashdoctor: a run on 2 nodes needs --report-dir: a folder every node shares, where each writes its part"
+    )

@@ -1,0 +1,47 @@
+"""`merge DIR`: the parts every node of a multi-node `run` wrote under DIR, as one report in DIR.
+
+Runs nothing: each part's events and observations are read back and judged again, under the ranks
+torch.distributed gave its processes (judges/run_nodes.py). The node of rank 0 calls this itself
+once the others have finished (commands/run.py); calling it again merges what is there now.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from dflashdoctor.errors import BadInput
+from dflashdoctor.judges.run_nodes import RunPart, judge
+from dflashdoctor.observations import ObservationsError, RunObservations
+from dflashdoctor.report import Report
+from dflashdoctor.runs.parts import PART_FILE, FoundPart, find_parts
+from dflashdoctor.session import finish, new_report
+
+
+def _observations(part: FoundPart) -> RunObservations | None:
+    if part.report is None:
+        return None
+    try:
+        document = json.loads((part.folder / "observations.json").read_text(encoding="utf-8"))
+        return RunObservations.read(document["probes"]["run"], part.folder / "events")
+    except (OSError, ValueError, KeyError, TypeError, ObservationsError):  # a part its node left unreadable
+        return None
+
+
+def merge(directory: Path, argv: list[str], parts: list[FoundPart] | None = None) -> Report:
+    if not directory.is_dir():
+        raise BadInput(f"{directory} is not a folder")
+    found = parts if parts is not None else find_parts(directory)
+    if not found:
+        raise BadInput(f"{directory} holds no node's part of a run (no */{PART_FILE}): nothing to merge")
+    started = time.monotonic()
+    report = new_report("merge", argv)
+    runs = [RunPart(p.name, p.record, _observations(p)) for p in found]
+    report.environment.update(
+        target=" ".join(str(w) for w in (found[0].record.get("command") or [])),
+        nodes=", ".join(f"{p.name}" for p in found),
+    )
+    report.results.extend(judge(runs))
+    report.observations["merge"] = {"parts": [p.name for p in found], "records": [p.record for p in found]}
+    return finish(report, started)

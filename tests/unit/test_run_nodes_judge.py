@@ -1,0 +1,67 @@
+"""The judge of a run across nodes, in this process, on the parts a real two-node torchrun wrote
+(tests/integration/test_run.py's, kept in cpu/run-two-nodes/: four gloo ranks on two nodes, rank 3
+calling flex_attention raw): per node, per rank, and a part that never came."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from dflashdoctor.commands.merge import merge
+from dflashdoctor.runs.parts import find_parts, node_part
+from tests.unit.recorded import ASSETS
+
+CASES = {"node-missing": "cpu/run-two-nodes with node1's report taken away, and with node1 absent"}
+PARTS = ASSETS / "cpu" / "run-two-nodes"
+
+
+def _copy(tmp_path: Path) -> Path:
+    shared = tmp_path / "shared"
+    shutil.copytree(PARTS, shared)
+    (shared / "merged.report.json").unlink()
+    return shared
+
+
+def test_the_parts_merge_again_as_their_run_merged_them(tmp_path):
+    merged = merge(_copy(tmp_path), ["dflashdoctor", "merge"])
+    recorded = json.loads((PARTS / "merged.report.json").read_text(encoding="utf-8"))
+    assert [r.probe for r in merged.results] == [r["probe"] for r in recorded["results"]]
+    assert [r.status for r in merged.results] == [r["status"] for r in recorded["results"]]
+    dense = [(r.probe, f.evidence["rank"]) for r in merged.results for f in r.findings if f.code == "dense-forward"]
+    assert dense == [("node 1: rank 3 (local rank 1)", 3)]
+    (ranks,) = merged.results[0].tables
+    assert sorted(row[2] for row in ranks.rows) == ["0", "1", "2", "3"]
+    assert merged.verdict == "fail" and merged.exit_code() == 1
+
+
+def test_a_node_that_never_finished_is_named(tmp_path):
+    shared = _copy(tmp_path)
+    (shared / "node1-vm" / "report.json").unlink()  # started (node.json), never reported
+    merged = merge(shared, ["dflashdoctor", "merge"])
+    (missing,) = [f for f in merged.results[0].findings if f.code == "node-missing"]
+    assert missing.evidence == {"expected": 2, "unfinished": ["node1-vm"], "absent": 0}
+    assert {c.name: c.status for c in merged.results[0].checks}["node1-vm"] == "fail"
+    assert not [f for r in merged.results for f in r.findings if f.code == "dense-forward"]  # rank 3 was there
+
+
+def test_a_node_that_never_started_is_counted(tmp_path):
+    shared = _copy(tmp_path)
+    shutil.rmtree(shared / "node1-vm")
+    merged = merge(shared, ["dflashdoctor", "merge"])
+    (missing,) = [f for f in merged.results[0].findings if f.code == "node-missing"]
+    assert missing.evidence["absent"] == 1 and missing.title == "1 of 2 nodes' parts of the run are missing"
+    assert [p.name for p in find_parts(shared)] == ["node0-vm"]
+
+
+def test_which_node_a_launch_is():
+    torchrun = ["torchrun", "--nnodes", "2", "--node-rank", "1", "train.py"]
+    part = node_part(torchrun, {})
+    assert (part.nnodes, part.node_rank) == (2, 1) and part.folder.startswith("node1-")
+    assert node_part(["python", "-m", "torch.distributed.run", "--nnodes=1:4", "--node_rank=3", "t.py"], {}).nnodes == 4
+    assert node_part(["torchrun", "--standalone", "--nproc-per-node", "2", "t.py"], {}) is None
+    assert node_part(["python", "train.py"], {"SLURM_NNODES": "4", "SLURM_NODEID": "2"}).node_rank == 2
+    assert node_part(["python", "train.py"], {"SLURM_NNODES": "1"}) is None
+    assert node_part(["python", "train.py", "--nnodes", "8"], {}) is None  # not a launcher's flag
+    hostile = node_part(["torchrun", "--nnodes", "2", "t.py"], {})
+    assert "/" not in hostile.folder and hostile.node_rank is None
