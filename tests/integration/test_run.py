@@ -216,15 +216,18 @@ def test_reference_trainer_faults_on_the_cpu(tmp_path, fault, code, expected):
     assert found and all(f["where"]["module"].startswith("drafter.layers.") for f in found)
 
 
-def _two_node_run(shared: Path, node_rank: int, port: int, *extra: str) -> subprocess.Popen[str]:
-    """One node's `dflashdoctor run` of a two-node torchrun (static rendezvous on loopback, gloo)."""
+def _two_node_run(
+    shared: Path, node_rank: int, port: int, *extra: str, per_node: int = 2, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """One node's `dflashdoctor run` of a two-node torchrun (static rendezvous on loopback); gloo
+    unless `env` says DDP_BACKEND=nccl. Rank 3 (or FAULT_RANK) calls flex_attention raw."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node_rank)]
-    torchrun += ["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    torchrun += ["--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port", str(port)]
     command = [sys.executable, "-m", "dflashdoctor", "run", "--report-dir", str(shared), *extra]
     command += ["--", *torchrun, str(SCRIPTS / "ddp_fault_on_one_rank.py")]
-    env = {**os.environ, "FAULT_RANK": "3"}
+    environment = {**os.environ, "FAULT_RANK": "3", **(env or {})}
     return subprocess.Popen(
-        command, cwd=shared.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command, cwd=shared.parent, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
