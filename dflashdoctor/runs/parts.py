@@ -23,6 +23,7 @@ from typing import Any
 PART_FILE = "node.json"
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_MAX_NODES = 65536
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,30 @@ def _json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _whole(value: Any, low: int, high: int) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high else None
+
+
+def _record(data: dict[str, Any]) -> dict[str, Any]:
+    """A node.json as this version writes it, whoever wrote the file: the shared folder is writable by
+    every node, so a value of another type is dropped rather than trusted."""
+    command = data.get("command")
+    return {
+        "nnodes": _whole(data.get("nnodes"), 1, _MAX_NODES),
+        "node_rank": _whole(data.get("node_rank"), 0, _MAX_NODES),
+        "host": str(data.get("host", "?")),
+        "command": [str(word) for word in command] if isinstance(command, list) else [],
+        "pid": _whole(data.get("pid"), 0, 2**31),
+    }
+
+
 def find_parts(directory: Path) -> list[FoundPart]:
     """Every node's part in the shared folder, by node rank; finished or not."""
     found = []
     for folder in sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink()):
         record = _json(folder / PART_FILE)
         if record is not None:
-            found.append(FoundPart(folder, record, _json(folder / "report.json")))
+            found.append(FoundPart(folder, _record(record), _json(folder / "report.json")))
     return sorted(found, key=lambda p: (p.record.get("node_rank") is None, p.record.get("node_rank") or 0, p.name))
 
 

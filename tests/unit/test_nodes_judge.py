@@ -1,5 +1,5 @@
 """The judge of a gate across nodes, in this process, on node reports from real runs: the three
-loopback nodes of tests/integration/test_nodes.py (cpu/gate-nodes.report.json, split back into each
+loopback nodes of tests/integration/test_nodes.py (cpu/gate-nodes.merged-report.json, split back into each
 node's own report) and an H200's gate (reports/examples/h200-gate-warm), as a fourth node."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from tests.paths import ROOT
 from tests.unit.recorded import ASSETS
 
 CASES = {
-    "node-unreachable": "cpu/gate-nodes.report.json (node-d)",
-    "node-mismatch": "cpu/gate-nodes.report.json (node-b's environment, node-c's cache), the H200 as a node",
+    "node-unreachable": "cpu/gate-nodes.merged-report.json (node-d)",
+    "node-mismatch": "cpu/gate-nodes.merged-report.json (node-b's environment, node-c's cache), the H200 as a node",
 }
-RECORDED = ASSETS / "cpu" / "gate-nodes.report.json"
+RECORDED = ASSETS / "cpu" / "gate-nodes.merged-report.json"
 
 
 def _nodes() -> dict[str, Report]:

@@ -65,3 +65,20 @@ def test_which_node_a_launch_is():
     assert node_part(["python", "train.py", "--nnodes", "8"], {}) is None  # not a launcher's flag
     hostile = node_part(["torchrun", "--nnodes", "2", "t.py"], {})
     assert "/" not in hostile.folder and hostile.node_rank is None
+
+
+def test_a_hostile_node_json_is_read_for_what_it_can_be(tmp_path):
+    """The shared folder is every node's: node.json of another shape, a link, or not JSON at all is
+    never trusted into a crash."""
+    shared = _copy(tmp_path)
+    (shared / "odd").mkdir()
+    (shared / "odd" / "node.json").write_text(json.dumps({"nnodes": "2; rm -rf /", "node_rank": [1], "host": {}}))
+    (shared / "garbage").mkdir()
+    (shared / "garbage" / "node.json").write_bytes(b"\xff\xfe not json")
+    (shared / "linked").symlink_to(shared / "node0-vm", target_is_directory=True)
+    parts = find_parts(shared)
+    assert [p.name for p in parts] == ["node0-vm", "node1-vm", "odd"]
+    assert parts[2].record["nnodes"] is None and parts[2].record["node_rank"] is None
+    merged = merge(shared, ["dflashdoctor", "merge"])
+    (missing,) = [f for f in merged.results[0].findings if f.code == "node-missing"]
+    assert missing.evidence["unfinished"] == ["odd"]
