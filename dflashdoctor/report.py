@@ -3,7 +3,8 @@
 Standard library only, because the probed side builds parts of it too. The schema is
 `dflashdoctor.report/1`; parts added since are optional on ProbeResult: `checks` (one line per question the
 probe answered, which the terminal view lists first), `comparisons` (numbers people compare,
-which the HTML view draws as bar charts), `tables` (rows such as call sites) and `subject`. A
+which the HTML view draws as bar charts), `tables` (rows such as call sites), `subject` and `plots`
+(values per step, drawn as lines). A
 report written by an older version reads back with them empty (`dflashdoctor show` fills `tables`
 and `subject` from its measurements).
 """
@@ -70,6 +71,12 @@ class Check:
 class Bar:
     label: str
     value: float
+    note: str = ""  # what the bar is, in a word ("dense", "fused"): drawn as its colour, said in its text
+
+
+def site_key(file: str | None, line: int | None, module: str | None) -> str:
+    """The key that ties a finding to the table row of the same call site (HTML links them)."""
+    return f"{file or ''}:{line or ''}:{module or ''}"
 
 
 @dataclass
@@ -90,6 +97,32 @@ class Table:
     columns: list[str]
     rows: list[list[str]] = field(default_factory=list)
     wide_columns: list[str] = field(default_factory=list)  # left to the report files: a terminal is narrow
+    row_sites: list[str] = field(default_factory=list)  # per row, its call site's `site_key`, where it has one
+
+
+@dataclass
+class Line:
+    label: str
+    points: list[list[float]] = field(default_factory=list)  # [x, y] pairs, x ascending
+
+
+@dataclass
+class Mark:
+    """A moment on a plot's x axis worth pointing at: the step a dense kernel or an OOM happened."""
+
+    x: float
+    label: str
+
+
+@dataclass
+class Plot:
+    """Values over time (per step, per rank), drawn as lines with the marked moments."""
+
+    title: str
+    unit: str  # of y: "bytes", "seconds", or a word
+    x_label: str
+    lines: list[Line] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
 
 
 @dataclass
@@ -107,6 +140,7 @@ class ProbeResult:
     comparisons: list[Comparison] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     subject: str = ""
+    plots: list[Plot] = field(default_factory=list)
 
     def settle(self) -> None:
         """The one pass/fail rule: a section fails when any finding is an error or any check failed.
@@ -191,5 +225,15 @@ def probe_result_from_dict(data: dict[str, Any]) -> ProbeResult:
                 Comparison(**{**c, "bars": [Bar(**b) for b in c.get("bars", [])]}) for c in data.get("comparisons", [])
             ],
             "tables": [Table(**t) for t in data.get("tables", [])],
+            "plots": [
+                Plot(
+                    **{
+                        **p,
+                        "lines": [Line(**line) for line in p.get("lines", [])],
+                        "marks": [Mark(**m) for m in p.get("marks", [])],
+                    }
+                )
+                for p in data.get("plots", [])
+            ],
         }
     )

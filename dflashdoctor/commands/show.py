@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from dflashdoctor.errors import BadInput
-from dflashdoctor.judges.tables import call_site_table, shape_subject
+from dflashdoctor.judges.plots import peak_plot
+from dflashdoctor.judges.tables import call_site_charts, call_site_table, shape_subject
 from dflashdoctor.report import SCHEMA, Report
 
 _MOST_BYTES = 256 * 2**20  # a report is kilobytes; a run's with many processes, a few megabytes
@@ -48,8 +49,8 @@ def load_report(path: Path) -> Report:
 
 
 def _fill_earlier_sections(report: Report, sections: list[dict[str, Any]]) -> None:
-    """A report written before sections carried their own tables and subject line: both made from
-    the measurements that version kept, so that it renders as it did."""
+    """A report written before sections carried their own tables, subject line, charts and links:
+    each made from the measurements that version kept, so that it renders as a new one would."""
     env = report.environment
     for result, section in zip(report.results, sections, strict=True):
         sites, shape = result.measurements.get("call_sites"), result.measurements.get("shape")
@@ -58,6 +59,14 @@ def _fill_earlier_sections(report: Report, sections: list[dict[str, Any]]) -> No
         if "subject" not in section and shape:
             mask = result.measurements.get("mask")
             result.subject = shape_subject(env.get("device", "?"), env.get("device_name", "?"), shape, mask)
+        if "plots" in section:  # written by a version that made its own charts and links
+            continue
+        if sites:
+            for table in result.tables:
+                if table.title == "call sites" and not table.row_sites and len(table.rows) == len(sites):
+                    table.row_sites = call_site_table(sites).row_sites
+            result.comparisons += call_site_charts(sites)
+        result.plots = peak_plot(result.measurements.get("peak_bytes_by_step") or [])
 
 
 def show(path: Path, format_name: str, *, verbose: bool) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
-from dflashdoctor.report import Check, CheckStatus, Comparison, Finding, ProbeResult, Table, Where
+from dflashdoctor.report import Check, CheckStatus, Comparison, Finding, Plot, ProbeResult, Table, Where
 
 _FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+) in (?P<function>\S+)$")
 
@@ -44,6 +44,7 @@ class Judge:
         self.measurements: dict[str, Any] = {}
         self.comparisons: list[Comparison] = []
         self.tables: list[Table] = []
+        self.plots: list[Plot] = []
         self.subject = ""
 
     def _check(self, name: str, status: CheckStatus, summary: str, *codes: str) -> None:
@@ -116,6 +117,7 @@ class Judge:
             comparisons=self.comparisons,
             tables=self.tables,
             subject=self.subject,
+            plots=self.plots,
         )
         result.settle()
         return result

@@ -13,7 +13,7 @@ from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, frame_where
 from dflashdoctor.observations import RaceObservations
-from dflashdoctor.report import ProbeResult
+from dflashdoctor.report import Bar, Comparison, ProbeResult
 
 _RACE_ERRORS = ("autotuner-race", "concurrent-autotuner-entry")
 
@@ -66,7 +66,24 @@ class RaceJudge(Judge):
         )
         if self.budgets.held_by_gate:
             self._for_the_pipeline()
+        self._trials_chart()
         return self.result()
+
+    def _trials_chart(self) -> None:
+        """Trials failed per fix and kind (forced, natural, a fresh process each), to compare at a glance."""
+        obs = self.observations
+        trials = [t for t in (obs.forced_unfixed, obs.forced_fixed) if t is not None]
+        trials += [*obs.natural, *(obs.kernel_trials or [])]
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for trial in trials:
+            kind = "forced" if trial.get("forced") else "fresh process" if "binaries_cached" in trial else "natural"
+            groups.setdefault(f"fix {trial.get('fix')}, {kind}", []).append(trial)
+        bars = []
+        for label, group in groups.items():
+            failed = sum(1 for t in group if t.get("failed"))
+            bars.append(Bar(f"{label}: {failed} of {len(group)}", float(failed), "failed" if failed else "passed"))
+        if bars:
+            self.comparisons.append(Comparison(title="trials failed per fix", unit="trials", bars=bars))
 
     def _for_the_pipeline(self) -> None:
         """The forced reproduction proves the installed triton's autotuner is racy; that is this

@@ -18,6 +18,7 @@ from dflashdoctor.codes import finding
 from dflashdoctor.judges.autotuners import concurrent_entry_findings, user_frame
 from dflashdoctor.judges.base import Judge, frame_where, size_text
 from dflashdoctor.judges.known_causes import known_cause
+from dflashdoctor.judges.plots import step_plots
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
 from dflashdoctor.observations import RunObservations, TraceAttentionObservations, load
 from dflashdoctor.probe_support import first_line
@@ -57,6 +58,7 @@ class ProcessJudge(Judge):
         self._ending()
         self.measurements.update(self._numbers())
         self._steps()
+        self.plots = step_plots(self.log.steps, self.log.dense, self.log.ooms)
         for item in self.findings:
             item.evidence = {"rank": self.log.rank, "pid": self.log.pid, **item.evidence}
         return self.result()
@@ -70,6 +72,7 @@ class ProcessJudge(Judge):
         self.checks += [c for c in traced.checks if c.name != "script"]
         self.measurements["call_sites"] = traced.measurements.get("call_sites", [])
         self.tables += traced.tables
+        self.comparisons += traced.comparisons
         self.measurements["graph_breaks"] = traced.measurements.get("graph_breaks", {})
         for reason in self.observations.get("unavailable", []):
             self.findings.append(

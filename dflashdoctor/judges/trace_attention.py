@@ -26,7 +26,7 @@ from dflashdoctor.judges.dynamo_causes import (
     skipped_frame_record,
 )
 from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding
-from dflashdoctor.judges.tables import call_site_table
+from dflashdoctor.judges.tables import call_site_charts, call_site_table
 from dflashdoctor.observations import TraceAttentionObservations
 from dflashdoctor.report import ProbeResult, Where
 
@@ -204,6 +204,7 @@ class TraceAttentionJudge(Judge):
         self._bypasses()
         self.measurements["call_sites"] = self.sites + self._layers_not_run()
         self.tables.append(call_site_table(self.measurements["call_sites"]))
+        self.comparisons += call_site_charts(self.measurements["call_sites"])
         return self.result()
 
     def _layers_from_the_tree(self) -> None:

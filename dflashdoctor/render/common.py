@@ -40,6 +40,41 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def measurement_text(key: str, value: Any) -> str:
+    """A measurement as a person reads it: bytes as GiB or MiB, seconds as s or ms (report.json keeps
+    the raw number)."""
+    from dflashdoctor.render.svg import human
+
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if key == "bytes" or key.endswith("_bytes"):
+            return human(float(value), "bytes")
+        if key.endswith("_s"):
+            return human(float(value), "seconds")
+    return format_value(value)
+
+
+def summary_sentence(report: Report) -> str:
+    """What is wrong and where, in one sentence: the first error, where it is, and how many more."""
+    errors = [(r, f) for r in report.results for f in r.findings if f.severity == "error"]
+    warnings = sum(1 for f in report.findings() if f.severity == "warning")
+    if not errors:
+        if report.verdict == "fail":
+            failed = [r.probe for r in report.results if r.status == "fail"]
+            return f"No error finding, but a check failed in {', '.join(failed)}."
+        also = f", with {warnings} warning{'s' * (warnings != 1)}" if warnings else ""
+        return f"Nothing here blocks the run: {len(report.results)} sections pass{also}."
+    section, first = errors[0]
+    sentence = first.title.rstrip(".")
+    if first.where:
+        sentence += f", at {first.where.label()}" + (f" ({first.where.module})" if first.where.module else "")
+    if len(report.results) > 1:
+        sentence += f", in {section.probe}"
+    more = len(errors) - 1
+    if more:
+        sentence += f"; and {more} more error{'s' * (more != 1)}"
+    return sentence + "."
+
+
 def scalar_measurements(measurements: dict[str, Any]) -> dict[str, Any]:
     """The measurements that fit one table cell (lists and dicts go to the JSON)."""
     return {k: v for k, v in measurements.items() if not isinstance(v, dict | list)}

@@ -7,9 +7,10 @@ import json
 
 from dflashdoctor.render.common import (
     CHECK_MARKS,
-    format_value,
+    measurement_text,
     scalar_measurements,
     subject,
+    summary_sentence,
     verdict_line,
 )
 from dflashdoctor.render.text import markdown_block_fence, markdown_code, markdown_text
@@ -27,6 +28,8 @@ def render_markdown(report: Report) -> str:
         markdown_code(subject(report)),
         "",
         f"**{markdown_text(verdict_line(report))}**",
+        "",
+        markdown_text(summary_sentence(report)).replace("\n", " "),
         "",
     ]
     for result in report.results:
@@ -56,6 +59,6 @@ def render_markdown(report: Report) -> str:
         scalars = scalar_measurements(result.measurements)
         if scalars:
             lines += ["| measurement | value |", "|---|---|"]
-            lines += [f"| {_cell(k)} | {_cell(format_value(v))} |" for k, v in scalars.items()]
+            lines += [f"| {_cell(k)} | {_cell(measurement_text(k, v))} |" for k, v in scalars.items()]
             lines.append("")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from dflashdoctor.render.html import render_html
 from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.markdown import render_markdown
 from dflashdoctor.render.sarif import render_sarif
-from dflashdoctor.report import Bar, Check, Comparison, ProbeResult, Report, Where
+from dflashdoctor.report import Bar, Check, Comparison, Finding, ProbeResult, Report, Where
 from tests import schemas
 
 HOSTILE = "<script>alert('x')</script>"
@@ -156,3 +156,55 @@ def test_every_file_of_a_report_dir_takes_hostile_strings(tmp_path):
     shown = rendered_markdown((written / "report.md").read_text(encoding="utf-8"))
     for page in (html, shown):
         assert "<img" not in page and "\x1b" not in page and "\x00" not in page
+
+
+def test_charts_take_any_numbers_and_strings():
+    """nan, infinities, negatives, zero and huge values, hostile labels, one point or none: a chart
+    is drawn or left out, never an exception, and no label reaches the page unescaped."""
+    from dflashdoctor.render.svg import bar_chart, human, line_chart
+    from dflashdoctor.report import Line, Mark, Plot
+
+    odd = [float("nan"), float("inf"), -5.0, 0.0, 1e300, 3.0]
+    bars = Comparison("odd <b>numbers</b>", "bytes", [Bar(HOSTILE, v, note="dense") for v in odd])
+    drawn = bar_chart(bars)
+    assert "<script>" not in drawn and "&lt;script&gt;" in drawn and "<svg" in drawn
+    for points in ([], [[1, 5.0]], [[1, float("nan")], [2, float("inf")], [3, -1.0], [4, 1e300]]):
+        plot = Plot(HOSTILE, "seconds", "step", [Line(HOSTILE, points)], [Mark(float("nan"), HOSTILE), Mark(2, "x")])
+        svg = line_chart(plot)
+        assert "<script>" not in svg
+    assert line_chart(Plot("empty", "bytes", "step")) == ""
+    assert human(8892582912, "bytes") == "8.28 GiB" and human(0.0123, "seconds") == "12.3 ms"
+    assert human(1, "calls") == "1 call" and human(2, "calls") == "2 calls"
+
+
+def test_the_summary_sentence_names_the_first_error_and_where():
+    from dflashdoctor.render.common import summary_sentence
+
+    report = hostile_report()
+    sentence = summary_sentence(report)
+    first = next(f for f in report.findings() if f.severity == "error")
+    assert sentence.startswith(first.title.rstrip(".")) and sentence.endswith(".")
+    clean = Report(command="gate", argv=[], started="now", results=[ProbeResult(probe="env")])
+    assert summary_sentence(clean) == "Nothing here blocks the run: 1 sections pass."
+
+
+def test_a_finding_links_to_its_call_site_row_and_back():
+    from dflashdoctor.report import Table, Where, site_key
+
+    where = Where(file="/x/model.py", line=7, function="forward", module="layers.0.attn")
+    finding = Finding("dense-forward", "error", "dense", where=where)
+    table = Table(
+        "call sites",
+        ["module"],
+        [["layers.0.attn"], ["layers.1.attn"]],
+        row_sites=[site_key("/x/model.py", 7, "layers.0.attn"), site_key("/x/model.py", 7, "layers.1.attn")],
+    )
+    report = Report(
+        command="trace-attention",
+        argv=[],
+        started="now",
+        results=[ProbeResult(probe="trace-attention", findings=[finding], tables=[table])],
+    )
+    html = render_html(report)
+    assert 'id="s0-f0"' in html and 'href="#s0-t0-r0"' in html and 'href="#s0-f0"' in html
+    assert 'href="#s0-t0-r1"' not in html  # the other layer has no finding

@@ -1,0 +1,65 @@
+"""Values per optimizer step, for a run's process: CUDA memory and step time, with the step where a
+dense flex_attention kernel first ran, or memory ran out, marked. Worded here once for the run judge
+and for `show` (a report written before sections carried plots keeps its per-step peaks)."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from typing import Any
+
+from dflashdoctor.report import Line, Mark, Plot
+
+_POINTS = 400  # drawn per line: a longer run is thinned evenly, its last step always kept
+
+
+def _thinned(points: list[list[float]]) -> list[list[float]]:
+    if len(points) <= _POINTS:
+        return points
+    every = -(-len(points) // _POINTS)
+    return [*points[::every][: _POINTS - 1], points[-1]]
+
+
+def _marks(step_times: list[float], dense: list[dict[str, Any]], ooms: list[dict[str, Any]]) -> list[Mark]:
+    """The step in which a thing happened: the number of steps finished before it, plus one."""
+    marks = []
+    first_dense = min((float(e["t"]) for e in dense if isinstance(e.get("t"), int | float)), default=None)
+    if first_dense is not None:
+        marks.append(Mark(float(bisect.bisect_right(step_times, first_dense) + 1), "first dense flex kernel"))
+    for oom in ooms[:1]:
+        done = oom.get("steps")
+        if isinstance(done, int):
+            marks.append(Mark(float(done + 1), "out of memory"))
+    return marks
+
+
+def step_plots(steps: list[dict[str, Any]], dense: list[dict[str, Any]], ooms: list[dict[str, Any]]) -> list[Plot]:
+    """CUDA memory (peak and allocated per device) and seconds per step; nothing without steps."""
+    if not steps and not ooms:
+        return []
+    step_times = [float(s.get("t") or 0) for s in steps]
+    marks = _marks(step_times, dense, ooms)
+    memory: dict[str, list[list[float]]] = {}
+    for index, step in enumerate(steps, start=1):
+        for device, stats in (step.get("memory") or {}).items():
+            for key in ("peak_bytes", "allocated_bytes"):
+                if isinstance(stats.get(key), int | float):
+                    memory.setdefault(f"{key.removesuffix('_bytes')} {device}", []).append([index, stats[key]])
+    plots = []
+    if memory or marks:
+        lines = [Line(label, _thinned(points)) for label, points in memory.items()]
+        plots.append(Plot(title="CUDA memory per step", unit="bytes", x_label="step", lines=lines, marks=marks))
+    # a step's time is from the step before it to it: the first step has none
+    durations = [[i + 2, b - a] for i, (a, b) in enumerate(itertools.pairwise(step_times)) if b >= a]
+    if durations:
+        line = Line("seconds per step", _thinned(durations))
+        plots.append(Plot(title="step time", unit="seconds", x_label="step", lines=[line], marks=marks))
+    return plots
+
+
+def peak_plot(peaks: list[Any]) -> list[Plot]:
+    """The per-step peaks an older report kept (the last steps of its run)."""
+    points = [[i, p] for i, p in enumerate(peaks, start=1) if isinstance(p, int | float)]
+    if not points:
+        return []
+    return [Plot(title="CUDA memory per step (peak)", unit="bytes", x_label="step", lines=[Line("peak", points)])]

@@ -1,0 +1,159 @@
+"""Inline SVG charts for the HTML report: bars (comparisons) and lines over steps (plots).
+
+Self-contained (no script, no font, nothing fetched), every string escaped, colours taken from the
+page's CSS variables so dark mode and print restyle them. Each chart is a <figure> whose caption
+says what it shows and whose table says the same numbers in text, for a reader the picture fails.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+
+from dflashdoctor.report import Comparison, Plot
+
+_UNITS = {"bytes": ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "B")), "seconds": ((1, "s"), (1e-3, "ms"))}
+_NOTE_CLASS = {
+    "dense": "bad",
+    "failed": "bad",
+    "fail": "bad",
+    "error": "bad",
+    "fused": "good",
+    "passed": "good",
+    "pass": "good",
+}
+_LINE_CLASSES = ("s0", "s1", "s2", "s3", "s4", "s5")
+
+
+def human(value: float, unit: str) -> str:
+    """A value as a person reads it: 8.28 GiB, 12.3 ms, 7 calls."""
+    if not math.isfinite(value):
+        return f"{value} {unit}"
+    scales = _UNITS.get(unit)
+    if not scales:
+        word = unit.removesuffix("s") if value == 1 and unit.endswith("s") else unit  # 1 call, 2 calls
+        return f"{value:.4g} {word}"
+    if value == 0:
+        return f"0 {scales[-1][1]}"
+    scale, suffix = next(((s, x) for s, x in scales if abs(value) >= s), scales[-1])
+    return f"{value / scale:.3g} {suffix}"
+
+
+def _log_scaled(values: list[float], unit: str) -> bool:
+    """Bytes and seconds that differ by orders of magnitude: a log scale shows both a 200x pair."""
+    positive = [v for v in values if v > 0]
+    return unit in _UNITS and len(positive) >= 2 and max(positive) / min(positive) > 20
+
+
+def _text_table(head: list[str], rows: list[list[str]]) -> str:
+    cells = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    header = "".join(f"<th>{escape(h)}</th>" for h in head)
+    return f'<details class="chart-text"><summary>as text</summary><table><tr>{header}</tr>{cells}</table></details>'
+
+
+def bar_chart(comparison: Comparison) -> str:
+    bars = [b for b in comparison.bars if math.isfinite(b.value)]
+    width, row, label_w, value_w = 420, 24, 190, 110
+    values = [max(b.value, 0.0) for b in bars]
+    log = _log_scaled(values, comparison.unit)
+    top = max(values, default=0) or 1.0
+    floor = min((v for v in values if v > 0), default=1.0) / 10
+
+    def length(value: float) -> float:
+        if value <= 0:
+            return 2.0
+        if log:
+            return max(2.0, width * math.log10(value / floor) / math.log10(top / floor))
+        return max(2.0, width * value / top)
+
+    height = row * len(bars) + 8
+    scale = " (log scale)" if log else ""
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{label_w + width + value_w}" '
+        f'height="{height}" viewBox="0 0 {label_w + width + value_w} {height}" role="img" '
+        f'aria-label="{escape(comparison.title)}"><title>{escape(comparison.title)}</title>'
+    ]
+    for i, (bar, value) in enumerate(zip(bars, values, strict=True)):
+        y = 4 + i * row
+        size = length(value)
+        kind = _NOTE_CLASS.get(bar.note, _LINE_CLASSES[i % len(_LINE_CLASSES)])
+        label = bar.label if len(bar.label) <= 28 else bar.label[:27] + "…"
+        parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{escape(label)}</text>')
+        parts.append(f'<rect class="{kind}" x="{label_w}" y="{y + 3}" width="{size:.1f}" height="{row - 8}"/>')
+        shown = human(value, comparison.unit) + (f" {bar.note}" if bar.note else "")
+        parts.append(f'<text x="{label_w + size + 6:.1f}" y="{y + 15}">{escape(shown)}</text>')
+    parts.append("</svg>")
+    rows = [[b.label, human(b.value, comparison.unit), b.note] for b in comparison.bars]
+    caption = f"<figcaption>{escape(comparison.title)}{scale}</figcaption>"
+    return f'<figure class="chart-box">{caption}{"".join(parts)}{_text_table(["", "value", "kind"], rows)}</figure>'
+
+
+def _ticks(low: float, high: float, count: int = 4) -> list[float]:
+    if high <= low:
+        return [low]
+    return [low + (high - low) * i / count for i in range(count + 1)]
+
+
+def line_chart(plot: Plot) -> str:
+    points = [(x, y) for line in plot.lines for x, y in line.points if math.isfinite(x) and math.isfinite(y)]
+    xs = [x for x, _ in points] + [m.x for m in plot.marks if math.isfinite(m.x)]
+    if not xs:
+        return ""
+    left, right, top_pad, bottom, width, height = 70, 16, 12, 34, 520, 180
+    x_low, x_high = min(xs), max(xs)
+    y_high = max((y for _, y in points), default=1.0) or 1.0
+    y_low = 0.0
+
+    def px(x: float) -> float:
+        return left + (x - x_low) / ((x_high - x_low) or 1) * width
+
+    def py(y: float) -> float:
+        return top_pad + height - (y - y_low) / ((y_high - y_low) or 1) * height
+
+    total_w, total_h = left + width + right, top_pad + height + bottom
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{total_w}" height="{total_h}" '
+        f'viewBox="0 0 {total_w} {total_h}" role="img" aria-label="{escape(plot.title)}">'
+        f"<title>{escape(plot.title)}</title>",
+        f'<line class="axis" x1="{left}" y1="{py(0):.1f}" x2="{left + width}" y2="{py(0):.1f}"/>',
+        f'<line class="axis" x1="{left}" y1="{top_pad}" x2="{left}" y2="{top_pad + height}"/>',
+    ]
+    for tick in _ticks(y_low, y_high):
+        label = escape(human(tick, plot.unit))
+        parts.append(f'<text x="{left - 6}" y="{py(tick) + 4:.1f}" text-anchor="end">{label}</text>')
+    for tick in sorted({round(t) for t in _ticks(x_low, x_high, 4 if x_high - x_low >= 4 else 1)}):  # whole steps
+        parts.append(f'<text x="{px(tick):.1f}" y="{top_pad + height + 16}" text-anchor="middle">{tick}</text>')
+    parts.append(f'<text x="{left + width / 2}" y="{total_h - 2}" text-anchor="middle">{escape(plot.x_label)}</text>')
+    for i, mark in enumerate(plot.marks):
+        if math.isfinite(mark.x):
+            x = px(mark.x)
+            parts.append(f'<line class="mark" x1="{x:.1f}" y1="{top_pad}" x2="{x:.1f}" y2="{top_pad + height}"/>')
+            # a mark near the right edge is labelled on its left, inside the chart
+            side = 'text-anchor="end"' if x > left + width * 0.6 else ""
+            offset = -3 if side else 3
+            y = top_pad + 10 + 13 * (i % 2)
+            label = escape(mark.label)
+            parts.append(f'<text class="mark-label" x="{x + offset:.1f}" y="{y}" {side}>{label}</text>')
+    for i, line in enumerate(plot.lines):
+        kind = _LINE_CLASSES[i % len(_LINE_CLASSES)]
+        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line.points if math.isfinite(x) and math.isfinite(y))
+        if " " in coords:
+            parts.append(f'<polyline class="line {kind}" points="{coords}"/>')
+        elif coords:  # one step: a dot
+            x, y = coords.split(",")
+            parts.append(f'<circle class="{kind}" cx="{x}" cy="{y}" r="3"/>')
+    parts.append("</svg>")
+    legend = "".join(
+        f'<span class="legend {_LINE_CLASSES[i % len(_LINE_CLASSES)]}">{escape(line.label)}</span>'
+        for i, line in enumerate(plot.lines)
+    )
+    rows = []
+    for line in plot.lines:
+        ys = [y for _, y in line.points]
+        if ys:
+            said = [human(y, plot.unit) for y in (ys[0], max(ys), ys[-1])]
+            rows.append([line.label, str(len(ys)), *said])
+    rows += [[f"mark: {m.label}", f"{plot.x_label} {m.x:g}", "", "", ""] for m in plot.marks]
+    table = _text_table(["", "points", "first", "highest", "last"], rows)
+    caption = f"<figcaption>{escape(plot.title)}</figcaption>"
+    return f'<figure class="chart-box">{caption}{"".join(parts)}<div>{legend}</div>{table}</figure>'
