@@ -30,6 +30,12 @@ if TYPE_CHECKING:
     from dflashdoctor.hooks.flex_calls import FlexSite
 
 _SNAPSHOT_EVERY_S = 10.0  # at most one snapshot this often while steps go on (and one at the end)
+# Steps are written one by one at first (where a run changes most and most often fails), then at
+# most one record this often, covering the steps since: a process writes so much per hour, not per
+# step, for days. Dense kernels, out-of-memory, exceptions and overlaps are their own events, never
+# coalesced.
+_EVERY_STEP = 100
+_STEP_RECORD_EVERY_S = 5.0
 # A flex call as kept per call: (start time, site, thread name, site calls before, dense forwards before).
 _Call = tuple[float, "FlexSite", str, int, int]
 _DENSE_LOGGED = 200  # dense kernel events logged one by one, and kept in a snapshot (the rest counted)
@@ -41,6 +47,27 @@ def _dynamo_disabled() -> bool:
         return bool(torch._dynamo.config.disable)
     except AttributeError:
         return False
+
+
+class _StepWindow:
+    """The steps since the last step record: how many, and their wall times (between one step's end
+    and the next's)."""
+
+    __slots__ = ("count", "longest", "shortest", "total")
+
+    def __init__(self) -> None:
+        self.count, self.total, self.shortest, self.longest = 0, 0.0, float("inf"), 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.total += seconds
+        self.shortest = min(self.shortest, seconds)
+        self.longest = max(self.longest, seconds)
+
+    def summary(self) -> dict[str, float] | None:
+        if not self.count:
+            return None
+        return {"mean": self.total / self.count, "min": self.shortest, "max": self.longest}
 
 
 class StrictModeError(RuntimeError):
@@ -60,6 +87,10 @@ class TorchInstruments:
         self.guard: Any = None
         self.watch: DynamoWatch | None = None
         self.steps = 0
+        self._recorded_steps = 0  # steps covered by step records written so far
+        self._last_step_record = 0.0
+        self._step_ended: float | None = None
+        self._window = _StepWindow()
         self.dense_seen = 0
         self.last_calls: collections.deque[_Call] = collections.deque(maxlen=self.settings.last_calls)
         self.oom: dict[str, Any] | None = None
@@ -185,18 +216,33 @@ class TorchInstruments:
         }
 
     def _step(self) -> None:
+        now = time.monotonic()
         self.steps += 1
-        self.log.write("step", step=self.steps, memory=self._memory())
+        if self._step_ended is not None:
+            self._window.add(now - self._step_ended)
+        self._step_ended = now
+        if self.steps <= _EVERY_STEP or now - self._last_step_record >= _STEP_RECORD_EVERY_S:
+            self._write_steps(now)
         limit = self.settings.steps
         if limit is not None and self.steps >= limit:
+            self._write_steps(now)
             self.agent.ending = "steps-limit"
             self.snapshot("steps-limit")
             self.log.write("exit", ending="steps-limit", event_write_failures=self.log.failures)
             for stream in (sys.stdout, sys.stderr):  # os._exit skips Python's own flush
                 stream.flush()
             os._exit(0)  # every thread stops here: the run asked for this many steps
-        if time.monotonic() - self._last_snapshot >= _SNAPSHOT_EVERY_S:
+        if now - self._last_snapshot >= _SNAPSHOT_EVERY_S:
             self.snapshot("step")
+
+    def _write_steps(self, now: float) -> None:
+        """One record for the steps since the last: the last step's number, how many it covers, the
+        memory now, and the steps' wall times."""
+        if self.steps == self._recorded_steps:
+            return
+        covers, self._recorded_steps, self._last_step_record = self.steps - self._recorded_steps, self.steps, now
+        times, self._window = self._window.summary(), _StepWindow()
+        self.log.write("step", step=self.steps, covers=covers, memory=self._memory(), step_s=times)
 
     def _memory(self) -> dict[str, Any]:
         """Per device, from one allocator stats call each. `peak_bytes` is the allocator's running
@@ -248,6 +294,8 @@ class TorchInstruments:
 
     def snapshot(self, reason: str) -> None:
         with self._snapshot_lock:
+            if reason in FINAL_SNAPSHOTS:  # the steps since the last record are part of the end
+                self._write_steps(time.monotonic())
             self._last_snapshot = time.monotonic()
             self.log.write("snapshot", reason=reason, observations=self._observations(final=reason in FINAL_SNAPSHOTS))
 

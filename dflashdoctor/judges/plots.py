@@ -1,11 +1,13 @@
 """Values per optimizer step, for a run's process: CUDA memory and step time, with the step where a
 dense flex_attention kernel first ran, or memory ran out, marked. Worded here once for the run judge
-and for `show` (a report written before sections carried plots keeps its per-step peaks)."""
+and for `show` (a report written before sections carried plots keeps its per-step peaks).
+
+A step record names its step; after the first steps one record covers many (the agent writes so
+much per hour, not per step), and carries those steps' mean time."""
 
 from __future__ import annotations
 
 import bisect
-import itertools
 from typing import Any
 
 from dflashdoctor.report import Line, Mark, Plot
@@ -20,12 +22,16 @@ def _thinned(points: list[list[float]]) -> list[list[float]]:
     return [*points[::every][: _POINTS - 1], points[-1]]
 
 
-def _marks(step_times: list[float], dense: list[dict[str, Any]], ooms: list[dict[str, Any]]) -> list[Mark]:
-    """The step in which a thing happened: the number of steps finished before it, plus one."""
+def _marks(steps: list[dict[str, Any]], dense: list[dict[str, Any]], ooms: list[dict[str, Any]]) -> list[Mark]:
+    """The step in which a thing happened: the first step not yet finished when it did (for a
+    record covering many, the first of them)."""
     marks = []
+    times = [float(s.get("t") or 0) for s in steps]
     first_dense = min((float(e["t"]) for e in dense if isinstance(e.get("t"), int | float)), default=None)
     if first_dense is not None:
-        marks.append(Mark(float(bisect.bisect_right(step_times, first_dense) + 1), "first dense flex kernel"))
+        after = bisect.bisect_right(times, first_dense)
+        finished = int(steps[after - 1].get("step") or after) if after else 0
+        marks.append(Mark(float(finished + 1), "first dense flex kernel"))
     for oom in ooms[:1]:
         done = oom.get("steps")
         if isinstance(done, int):
@@ -37,10 +43,10 @@ def step_plots(steps: list[dict[str, Any]], dense: list[dict[str, Any]], ooms: l
     """CUDA memory (peak and allocated per device) and seconds per step; nothing without steps."""
     if not steps and not ooms:
         return []
-    step_times = [float(s.get("t") or 0) for s in steps]
-    marks = _marks(step_times, dense, ooms)
+    marks = _marks(steps, dense, ooms)
     memory: dict[str, list[list[float]]] = {}
-    for index, step in enumerate(steps, start=1):
+    for position, step in enumerate(steps, start=1):
+        index = int(step.get("step") or position)
         for device, stats in (step.get("memory") or {}).items():
             for key in ("peak_bytes", "allocated_bytes"):
                 if isinstance(stats.get(key), int | float):
@@ -49,12 +55,27 @@ def step_plots(steps: list[dict[str, Any]], dense: list[dict[str, Any]], ooms: l
     if memory or marks:
         lines = [Line(label, _thinned(points)) for label, points in memory.items()]
         plots.append(Plot(title="CUDA memory per step", unit="bytes", x_label="step", lines=lines, marks=marks))
-    # a step's time is from the step before it to it: the first step has none
-    durations = [[i + 2, b - a] for i, (a, b) in enumerate(itertools.pairwise(step_times)) if b >= a]
+    durations = _durations(steps)
     if durations:
         line = Line("seconds per step", _thinned(durations))
         plots.append(Plot(title="step time", unit="seconds", x_label="step", lines=[line], marks=marks))
     return plots
+
+
+def _durations(steps: list[dict[str, Any]]) -> list[list[float]]:
+    """Seconds per step: a record's own mean; else (events of an older agent, a record a step) the
+    time from the step before it. The first step has none."""
+    out = []
+    for position, step in enumerate(steps):
+        index = int(step.get("step") or position + 1)
+        summary = step.get("step_s")
+        if isinstance(summary, dict) and isinstance(summary.get("mean"), int | float):
+            out.append([index, float(summary["mean"])])
+        elif position and "step_s" not in step:
+            took = float(step.get("t") or 0) - float(steps[position - 1].get("t") or 0)
+            if took >= 0:
+                out.append([index, took])
+    return out
 
 
 def peak_plot(peaks: list[Any]) -> list[Plot]:

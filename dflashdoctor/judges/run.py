@@ -224,7 +224,7 @@ class ProcessJudge(Judge):
         peak = self.measurements.get("peak_bytes")
         memory = f", peak CUDA memory {size_text(peak)}" if peak else ""
         ending = self.measurements["ending"]
-        self._check("steps", "info", f"{len(steps)} optimizer steps{memory}; ended: {ending}")
+        self._check("steps", "info", f"{self.log.step_count} optimizer steps{memory}; ended: {ending}")
 
     def _numbers(self) -> dict[str, Any]:
         steps = self.log.steps
@@ -233,7 +233,7 @@ class ProcessJudge(Judge):
             "pid": self.log.pid,
             "rank": self.log.rank,
             "argv": self.log.start.get("argv"),
-            "steps": len(steps),
+            "steps": self.log.step_count,
             "peak_bytes_by_step": peaks[-_STEPS_KEPT:],
             "peak_bytes": max(peaks, default=None),
             "dense_kernels": self.observations.get(

@@ -26,6 +26,14 @@ class ProcessLog:
     launcher: bool = False  # started other instrumented processes and has no rank (torchrun itself)
 
     @property
+    def step_count(self) -> int:
+        """Optimizer steps taken: a step record may cover many (the agent coalesces them), and the
+        final snapshot counts the ones after the last record."""
+        recorded = max((int(s.get("step") or 0) for s in self.steps[-1:]), default=0)
+        final = (self.snapshot or {}).get("observations", {}).get("steps") if self.snapshot else None
+        return max(recorded, final if isinstance(final, int) else 0)
+
+    @property
     def label(self) -> str:
         if self.rank is not None:
             return f"rank {self.rank} (pid {self.pid})"

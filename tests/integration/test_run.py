@@ -307,3 +307,18 @@ def test_a_node_that_never_reports_is_a_finding_and_merge_needs_a_folder(tmp_pat
     assert unshared.stderr.strip() == (
         "dflashdoctor: a run on 2 nodes needs --report-dir: a folder every node shares, where each writes its part"
     )
+
+
+def test_steps_are_coalesced_after_the_first_hundred_and_none_is_lost(tmp_path):
+    """500 steps: the first 100 are each a record, the rest share records (one per 5 s at most), the
+    last record names step 500, and the report counts 500 steps."""
+    result = run(tmp_path, "--steps", "500", "--", sys.executable, str(SCRIPTS / "trains_forever.py"))
+    assert result.code == 0, result.stdout + result.stderr
+    (events,) = [p for p in (result.report_dir / "events").iterdir() if p.suffix == ".jsonl"]
+    steps = [json.loads(line) for line in events.read_text().splitlines() if '"kind": "step"' in line]
+    assert [s["step"] for s in steps[:100]] == list(range(1, 101)) and all(s["covers"] == 1 for s in steps[:100])
+    assert steps[-1]["step"] == 500 and sum(s["covers"] for s in steps) == 500
+    assert len(steps) <= 100 + 1 + int(result.report["duration_s"] / 5) + 1
+    (section,) = [r for r in result.report["results"][1:] if r["probe"].startswith("process")]
+    assert section["measurements"]["steps"] == 500
+    assert steps[-1]["step_s"]["min"] <= steps[-1]["step_s"]["mean"] <= steps[-1]["step_s"]["max"]
