@@ -5,10 +5,13 @@ another, warm cache), and the floor any probe pays, a fresh interpreter importin
 GPU machine, initialising CUDA). The issue's targets are absolute (H200: 60 s cold, 20 s warm; CPU:
 120 s); the ratios say what running the probes at once buys and how far above the floor it is.
 
-    python3 benchmarks/gate_time.py --repeats 3 [--keep DIR]
+    python3 benchmarks/gate_time.py --repeats 3 [--keep DIR] [--package DIR] [--no-sequential]
 
 Cold: every repeat gets new, empty TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR; the warm runs
-then reuse what that cold run wrote. `--keep DIR` keeps the report folders of the last repeat.
+then reuse what that cold run wrote. `--keep DIR` keeps the report folders of the last repeat;
+`--package DIR` times the dflashdoctor found there (another version, for a before-and-after in one
+run); `--no-sequential` leaves out the one-after-another baseline. The last warm run's sections
+are printed with their times: the slowest is the gate's critical path.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT  # the folder whose dflashdoctor is timed (--package)
 FLOOR = "import torch\nif torch.cuda.is_available():\n    torch.zeros(1, device='cuda')\n"
 
 
 def _timed(argv: list[str], cache: Path, cwd: Path) -> float:
     """Seconds; a gate that fails is still timed (its report is kept), and its exit is printed."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE), env.get("PYTHONPATH")]))
     started = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=cwd)
     elapsed = time.perf_counter() - started
@@ -48,7 +52,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="copy the last repeat's report folders here")
+    parser.add_argument("--package", type=Path, default=ROOT, help="time the dflashdoctor of this folder")
+    parser.add_argument("--no-sequential", action="store_true", help="leave out the one-after-another baseline")
     args = parser.parse_args()
+    global PACKAGE
+    PACKAGE = args.package.resolve()
+    print(f"dflashdoctor from {PACKAGE}")
     runs: dict[str, list[float]] = {"cold": [], "warm": [], "warm, one after another": [], "floor": []}
     with tempfile.TemporaryDirectory(prefix="dflashdoctor-gate-bench-") as tmp:
         work = Path(tmp)
@@ -58,19 +67,40 @@ def main() -> None:
             for repeat in range(args.repeats):
                 cache = work / f"cache-{repeat}"
                 runs["cold"].append(_gate(work, cache, work / "cold", None))
-                runs["warm"].append(_gate(work, cache, work / "warm", None))
-                runs["warm, one after another"].append(_gate(work, cache, work / "sequential", sequential))
+                for _ in range(2):  # two warm samples a repeat: the spread of warm runs is the noise
+                    runs["warm"].append(_gate(work, cache, work / "warm", None))
+                if not args.no_sequential:
+                    runs["warm, one after another"].append(_gate(work, cache, work / "sequential", sequential))
                 runs["floor"].append(_timed([sys.executable, "-c", FLOOR], cache, work))
-                print(f"repeat {repeat}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in runs.items()), flush=True)
+                done = ", ".join(f"{k} {v[-1]:.1f} s" for k, v in runs.items() if v)
+                print(f"repeat {repeat}: {done}", flush=True)
         finally:
             for name in ("cold", "warm", "sequential"):
                 if args.keep and (work / name).is_dir():
                     shutil.copytree(work / name, args.keep / f"gate-{name}", dirs_exist_ok=True)
-    medians = {k: statistics.median(v) for k, v in runs.items()}
+            _sections(work / "warm" / "report.json")
+    medians = {k: statistics.median(v) for k, v in runs.items() if v}
     for name, median in medians.items():
         print(f"{name:>24}: median {median:6.1f} s   runs {', '.join(f'{t:.1f}' for t in runs[name])}")
-    print(f"warm at once / one after another: {medians['warm'] / medians['warm, one after another']:.2f}")
+    if "warm, one after another" in medians:
+        print(f"warm at once / one after another: {medians['warm'] / medians['warm, one after another']:.2f}")
     print(f"warm / floor (one interpreter importing torch): {medians['warm'] / medians['floor']:.2f}")
+    print(f"cold / floor: {medians['cold'] / medians['floor']:.2f}")
+
+
+def _sections(report: Path) -> None:
+    """Each section's time in the last warm gate, and check-compile's phases."""
+    import json
+
+    try:
+        results = json.loads(report.read_text())["results"]
+    except (OSError, ValueError, KeyError):
+        return
+    print("last warm gate: " + ", ".join(f"{r['probe']} {r.get('duration_s', 0):.1f} s" for r in results))
+    for result in results:
+        phases = result.get("measurements", {}).get("phase_wall_s")
+        if phases:
+            print(f"  {result['probe']} phases: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items() if v >= 0.1))
 
 
 if __name__ == "__main__":

@@ -95,6 +95,40 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _owned_private_dir(path: Path) -> bool:
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.stat()
+    except OSError:
+        return False
+    return info.st_uid == os.geteuid() and not info.st_mode & 0o022
+
+
+def bytecode_env(python: str, package: str = "torch") -> dict[str, str]:
+    """Bytecode for probes where the interpreter keeps none. An image that sets
+    PYTHONDONTWRITEBYTECODE and ships torch without bytecode makes every probe compile torch,
+    dynamo and Inductor from source (seconds each, on an H200 of this workplace); probes then keep
+    theirs in a cache of this user's (PYTHONPYCACHEPREFIX), leaving the install untouched. Only for
+    this interpreter (another --python is not looked into), and never over a prefix the user set."""
+    if (
+        python != sys.executable
+        or os.environ.get("PYTHONPYCACHEPREFIX")
+        or not os.environ.get("PYTHONDONTWRITEBYTECODE")
+    ):
+        return {}
+    spec = find_spec(package)
+    if spec is None or spec.origin is None:
+        return {}
+    from importlib.util import cache_from_source
+
+    if os.path.exists(cache_from_source(spec.origin)):  # the install has its bytecode: nothing to gain
+        return {}
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dflashdoctor" / "pycache"
+    if not _owned_private_dir(cache):  # another user's folder, or none can be made: compile as before
+        return {}
+    return {"PYTHONPYCACHEPREFIX": str(cache), "PYTHONDONTWRITEBYTECODE": ""}
+
+
 def run_probe(
     probe: str,
     script: str,
@@ -139,7 +173,7 @@ def run_probe(
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
-                env={**_env(), **(env or {})},
+                env={**_env(), **bytecode_env(python), **(env or {})},
                 start_new_session=True,
             )
             timed_out = False

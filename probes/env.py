@@ -40,17 +40,38 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _driver() -> str | None:
+def _smi(query: str) -> list[list[str]]:
+    """nvidia-smi's CSV rows for `query`; none where it is missing or fails."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return None
+        return []
     try:
         done = subprocess.run(
-            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+            [smi, f"--query-gpu={query}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20
         )
     except (OSError, subprocess.SubprocessError):
+        return []
+    if done.returncode != 0:
+        return []
+    return [[cell.strip() for cell in line.split(",")] for line in done.stdout.strip().splitlines() if line.strip()]
+
+
+def _driver() -> str | None:
+    rows = _smi("driver_version")
+    return rows[0][0] if rows and rows[0] else None
+
+
+def _gpus_from_smi() -> list[dict[str, Any]] | None:
+    """The GPUs as the driver lists them, without a CUDA context: initialising CUDA here took seconds
+    of every gate on an H200, beside the probes that need it. None: ask torch instead."""
+    rows = _smi("index,name,compute_cap,memory.total")
+    try:
+        return [
+            {"index": int(index), "name": name, "capability": cap, "memory_bytes": int(float(mib) * 2**20)}
+            for index, name, cap, mib in rows
+        ] or None
+    except ValueError:  # an older driver without compute_cap, or another layout
         return None
-    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
 
 
 def _torch() -> dict[str, Any]:
@@ -60,7 +81,11 @@ def _torch() -> dict[str, Any]:
     import_s = time.perf_counter() - started
 
     gpus = []
-    if torch.cuda.is_available():
+    listed = _gpus_from_smi() if torch.cuda.is_available() else None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None and visible is None and len(listed) == torch.cuda.device_count():
+        gpus = listed
+    elif torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
             gpus.append(

@@ -104,3 +104,36 @@ def test_bytecode_made_before_its_source_changed_is_not_current(tmp_path, monkey
     os.utime(package / "a.py", (later, later))
     assert package_bytecode("edited_pkg")["cached"] == 2
     assert package_bytecode("no_such_package_here") is None
+
+
+def test_probes_keep_their_own_bytecode_where_the_install_has_none(tmp_path, monkeypatch):
+    """An install without bytecode under PYTHONDONTWRITEBYTECODE=1: probes get a private bytecode
+    cache (PYTHONPYCACHEPREFIX, 0700, this user's) and really write and reuse it there; the package's
+    own folder stays as it was. Not over a prefix the user set, nor for another interpreter, nor into
+    a folder others can write."""
+    from dflashdoctor.runner import bytecode_env
+
+    site = tmp_path / "site"
+    (site / "bare_pkg").mkdir(parents=True)
+    (site / "bare_pkg" / "__init__.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    env = bytecode_env(sys.executable, "bare_pkg")
+    prefix = Path(env["PYTHONPYCACHEPREFIX"])
+    assert env["PYTHONDONTWRITEBYTECODE"] == "" and prefix == tmp_path / "cache" / "dflashdoctor" / "pycache"
+    assert oct(prefix.stat().st_mode & 0o777) == "0o700"
+    child_env = {**os.environ, **env, "PYTHONPATH": str(site)}
+    subprocess.run([sys.executable, "-c", "import bare_pkg"], env=child_env, check=True)
+    assert list(prefix.rglob("__init__*.pyc")) and not (site / "bare_pkg" / "__pycache__").exists()
+
+    assert bytecode_env("/usr/bin/python3-other", "bare_pkg") == {}  # another interpreter: not looked into
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "users-own"))
+    assert bytecode_env(sys.executable, "bare_pkg") == {}
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+    prefix.chmod(0o777)  # loosened by someone: not trusted with code that will be run
+    assert bytecode_env(sys.executable, "bare_pkg") == {}
+    prefix.chmod(0o700)
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    assert bytecode_env(sys.executable, "bare_pkg") == {}  # bytecode is written as usual
