@@ -7,6 +7,8 @@ forward and, on CUDA, backward (flex_attention has no backward on the CPU).
 from __future__ import annotations
 
 import argparse
+import random
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,8 +19,10 @@ from dflashdoctor.models import build_config
 from dflashdoctor.reference.drafter_step import make_drafter_step
 
 
-def drafter_options(description: str) -> argparse.Namespace:
+def drafter_options(description: str, extra: list[tuple[str, dict[str, Any]]] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
+    for flag, settings in extra or []:
+        parser.add_argument(flag, **settings)
     parser.add_argument("--device", default="cuda", choices=("cpu", "cuda"))
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--steps", type=int, default=50, help="steps per timed sample")
@@ -27,15 +31,26 @@ def drafter_options(description: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def drafter_step(args: argparse.Namespace) -> tuple[Any, torch.nn.Module, Callable[[], None]]:
-    """The preset's config, the drafter and its step, at the shape the options give."""
+def drafter_step(args: argparse.Namespace, fault: str | None = None) -> tuple[Any, torch.nn.Module, Callable[[], None]]:
+    """The preset's config, the drafter and its step, at the shape the options give; `fault`
+    "hf-flex-path" routes its attention through transformers' own flex integration."""
     cuda = args.device == "cuda"
     config = build_config("qwen27b-dflash", "full" if cuda else "tiny")
     dtype = torch.bfloat16 if cuda else torch.float32
     drafter, step = make_drafter_step(
-        config, args.device, dtype, None, backward=cuda, blocks=args.blocks, context_len=args.context
+        config, args.device, dtype, fault, backward=cuda, blocks=args.blocks, context_len=args.context
     )
     return config, drafter, step
+
+
+def ratio_interval(plain: list[float], other: list[float], rounds: int = 2000) -> tuple[float, float]:
+    """A 95% bootstrap interval of median(other) / median(plain), resampling each mode's samples."""
+    rng = random.Random(0)
+    ratios = sorted(
+        statistics.median(rng.choices(other, k=len(other))) / statistics.median(rng.choices(plain, k=len(plain)))
+        for _ in range(rounds)
+    )
+    return ratios[int(0.025 * rounds)], ratios[int(0.975 * rounds) - 1]
 
 
 def use(drafter: torch.nn.Module, wrapper: Callable[..., torch.Tensor]) -> None:

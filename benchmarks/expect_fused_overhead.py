@@ -15,13 +15,12 @@ The cost of one empty block is timed on its own as well.
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
-from drafter_bench import describe, drafter_options, drafter_step, seconds_per_step, use
+from drafter_bench import describe, drafter_options, drafter_step, ratio_interval, seconds_per_step, use
 from torch.nn.attention.flex_attention import flex_attention
 
 from dflashdoctor.testing import expect_fused, record
@@ -36,15 +35,6 @@ def _per_step(step: Callable[[], None], steps: int, device: str, checked: bool) 
             step()
 
     return seconds_per_step(checked_step, steps, device)
-
-
-def _bootstrap(plain: list[float], checked: list[float], rounds: int = 2000) -> tuple[float, float]:
-    rng = random.Random(0)
-    ratios = sorted(
-        statistics.median(rng.choices(checked, k=len(checked))) / statistics.median(rng.choices(plain, k=len(plain)))
-        for _ in range(rounds)
-    )
-    return ratios[int(0.025 * rounds)], ratios[int(0.975 * rounds) - 1]
 
 
 def main() -> None:
@@ -70,7 +60,7 @@ def main() -> None:
         empty.append((time.perf_counter() - started) / 1000)
 
     plain_ms, checked_ms = (statistics.median(times[k]) * 1e3 for k in ("plain", "checked"))
-    low, high = _bootstrap(times["plain"], times["checked"])
+    low, high = ratio_interval(times["plain"], times["checked"])
     print(describe(args, config))
     print(f"{args.repeats} repeats x 2 samples x {args.steps} steps per mode; one expect_fused() block per step")
     print(f"{'plain ms/step':>14} {'checked ms/step':>16} {'ratio':>6} {'95% interval':>16}")
