@@ -37,7 +37,7 @@ def merge(directory: Path, argv: list[str], parts: list[FoundPart] | None = None
         raise BadInput(f"{directory} holds no node's part of a run (no */{PART_FILE}): nothing to merge")
     started = time.monotonic()
     report = new_report("merge", argv)
-    runs = [RunPart(p.name, p.record, _observations(p)) for p in found]
+    runs = [RunPart(p.name, p.record, _observations(p), reported=p.report is not None) for p in found]
     report.environment.update(
         target=" ".join(str(w) for w in (found[0].record.get("command") or [])),
         nodes=", ".join(f"{p.name}" for p in found),

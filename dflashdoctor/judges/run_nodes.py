@@ -19,11 +19,13 @@ from dflashdoctor.runs.events import ProcessLog
 
 @dataclass
 class RunPart:
-    """One node's part: its node.json, and its observations once it finished (None: it did not)."""
+    """One node's part: its node.json, and its observations once it finished (None: it did not, or
+    `reported` says it wrote a report whose observations cannot be read)."""
 
     name: str
     record: dict[str, Any]
     observations: RunObservations | None = None
+    reported: bool = False
     sections: list[ProbeResult] = field(default_factory=list)
 
     @property
@@ -59,6 +61,12 @@ def judge_part(part: RunPart) -> None:
         log = by_label.get(section.probe)
         section.probe = rank_name(part, log) if log is not None else f"{part.name}: {section.probe}"
     part.sections = sections
+
+
+def _why_missing(part: RunPart) -> str:
+    if part.reported:
+        return "wrote a report, but its observations.json cannot be read"
+    return "started, but wrote no report"
 
 
 class RunNodesJudge(Judge):
@@ -115,12 +123,10 @@ class RunNodesJudge(Judge):
         unfinished = [p for p in self.parts if p.observations is None]
         absent = max(0, expected - len(self.parts))
         for part in unfinished:
-            self._check(
-                part.name, "fail", f"{part.record.get('host', '?')}: started, but wrote no report", "node-missing"
-            )
+            self._check(part.name, "fail", f"{part.record.get('host', '?')}: {_why_missing(part)}", "node-missing")
         if not unfinished and not absent:
             return
-        said = [f"{p.name} started but wrote no report" for p in unfinished]
+        said = [f"{p.name} {_why_missing(p)}" for p in unfinished]
         if absent:
             said.append(f"{absent} of {expected} nodes never started their part")
         self.findings.append(

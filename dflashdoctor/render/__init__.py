@@ -40,12 +40,13 @@ FILES = {"report.json": "json", "report.html": "html", "report.md": "md", "junit
 
 def write_report_dir(report: Report, directory: Path, observations: str | None = None) -> Path:
     """Write every file format into `directory` (created if needed), and `observations.json` when
-    given (`Report.observations_json`); returns the directory."""
+    given (`Report.observations_json`); returns the directory. `report.json` comes last: a folder
+    holding it is whole, which is how node 0 of a multi-node run knows another node's part is done."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, format_name in FILES.items():
-        _write_whole(directory / name, FORMATS[format_name](report))
     if observations is not None:
         _write_whole(directory / "observations.json", observations)
+    for name, format_name in sorted(FILES.items(), key=lambda item: item[0] == "report.json"):
+        _write_whole(directory / name, FORMATS[format_name](report))
     return directory
 
 

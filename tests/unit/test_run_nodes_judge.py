@@ -45,6 +45,35 @@ def test_a_node_that_never_finished_is_named(tmp_path):
     assert not [f for r in merged.results for f in r.findings if f.code == "dense-forward"]  # rank 3 was there
 
 
+def test_a_part_whose_observations_cannot_be_read_is_named_so(tmp_path):
+    shared = _copy(tmp_path)
+    (shared / "node1-vm" / "observations.json").write_bytes(b"\xff{ not json")
+    merged = merge(shared, ["dflashdoctor", "merge"])
+    checks = {c.name: c for c in merged.results[0].checks}
+    assert checks["node1-vm"].status == "fail"
+    assert checks["node1-vm"].summary.endswith("wrote a report, but its observations.json cannot be read")
+
+
+def test_a_report_folder_is_whole_once_its_report_json_is_there(tmp_path, monkeypatch):
+    """Node 0 polls for each part's report.json and then reads its observations.json: the report
+    must come last, or node 0 merges a part it sees as done without what its node observed (seen in
+    CI: two nodes merged, node 1's ranks missing)."""
+    from dflashdoctor import render
+
+    written: list[str] = []
+    real_replace = render.os.replace
+
+    def recording_replace(source, target):
+        written.append(Path(target).name)
+        real_replace(source, target)
+
+    monkeypatch.setattr(render.os, "replace", recording_replace)
+    merged = merge(_copy(tmp_path), ["dflashdoctor", "merge"])
+    render.write_report_dir(merged, tmp_path / "out", merged.observations_json())
+    assert written[0] == "observations.json" and written[-1] == "report.json"
+    assert sorted(written) == sorted(["observations.json", *render.FILES])
+
+
 def test_a_node_that_never_started_is_counted(tmp_path):
     shared = _copy(tmp_path)
     shutil.rmtree(shared / "node1-vm")
