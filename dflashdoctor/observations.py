@@ -132,7 +132,7 @@ class RaceObservations:
     live_autotuners: Any = None
     devices: list[str] = field(default_factory=list)
     reference: dict[str, Any] | None = None
-    kernel_trials: list[dict[str, Any]] | None = None  # autotune.kernel_runs: one per fresh process
+    kernel_trials: list[dict[str, Any]] | None = None  # autotune.kernel_runs: each tuned cold
 
 
 @dataclass

@@ -8,7 +8,7 @@ Runs in its own process with TRITON_INTERPRET=1 for the stub kernel (set by the 
 - `trials` natural trials under the chosen fix (a failure rate);
 - with `processes`, the same workload with one process per worker over gloo.
 With `--kernel fla`, `reference` (the reference target's forwards, reference/target_pairs.py) or a
-TARGET, real kernels instead: `trials` trials, each in a fresh process with fresh caches
+TARGET, real kernels instead: `trials` trials in one trial host, each tuning cold
 (kernel_runs.py), under the chosen fix; FLA's live autotuned kernels are listed.
 """
 
@@ -49,7 +49,7 @@ def _why_no_fla(kernel: str, gpus: int) -> str | None:
 
 
 def _real_kernels(config: dict[str, Any], observations: dict[str, Any]) -> None:
-    """FLA's, the reference target's or the user's autotuned workload: trials in fresh processes,
+    """FLA's, the reference target's or the user's autotuned workload: cold trials in a trial host,
     one thread per GPU if several."""
     import torch
 

@@ -27,5 +27,5 @@ doctor check-compile-retried-call check-compile "$faults.retried_call:$entry" --
 doctor trace-drafter-eager-wrapper trace-attention --device cuda --drafter --drafter-fault eager-wrapper --seq-len 2048
 doctor trace-qwen27b-tiny-backward trace-attention --device cuda --model qwen27b --scale tiny --backward
 doctor env-fla env
-doctor race-fla race --kernel fla --trials 1
+doctor race-fla race --kernel fla --trials 3
 tar czf "$OUT/observations.tgz" -C "$reports" .

@@ -1,31 +1,38 @@
-"""Runs `kernel_trial` once per trial, each in a fresh process that tunes cold, and collects them.
+"""Runs a series of cold trials of `kernel_trial` in trial hosts, and collects them.
 
-The race lives in tuning, not in compiling, so what must be fresh per trial is every tuning result:
-the in-memory tuner caches (a fresh process) and any on disk (`FLA_CACHE_RESULTS=0` and
-`TRITON_CACHE_AUTOTUNING=0`, checked after each trial: no `*.autotune.json` may appear). Compiled
-binaries may be reused: the series gets one `TRITON_CACHE_DIR` (fresh unless the caller keeps one
-across runs), filled by its first trial, so later trials do not spend minutes recompiling every
-config of every kernel. The first trial, which compiles, may take most of the time budget.
+The race lives in tuning, not in compiling or importing, so what must be fresh per trial is every
+tuning result: the in-memory tuner caches (emptied before each trial by the host, cold_tuners.py)
+and any on disk (`FLA_CACHE_RESULTS=0`, `FLA_CACHE_MODE=disabled` and `TRITON_CACHE_AUTOTUNING=0`,
+checked after each trial: no `*.autotune.json` may appear). One host runs trial after trial, so the
+workload's import (FLA's ops: about 10 s) is paid once per series, not per trial. Compiled binaries
+may be reused: the series gets one `TRITON_CACHE_DIR` (fresh unless the caller keeps one across
+runs), filled by its first trial, so later trials do not spend minutes recompiling every config of
+every kernel. The first trial, which imports and compiles, may take most of the time budget.
 
-A trial whose process dies (a segfault, a CUDA error that kills the interpreter, a timeout) is
-still a trial: it fails with what the process left on stderr.
+A trial whose host dies (a segfault, a CUDA error that kills the interpreter, a timeout) is still a
+trial: it fails with what the host left on stderr, and the next trial starts in a fresh host; so
+does the trial after one that left a GPU unusable.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.autotune.kernel_trial import POISONED
 from dflashdoctor.autotune.trials import ThreadError, Trial
 
 _STDERR_TAIL = 4000
 _MIN_TRIAL_S = 30.0  # kept for each trial still to run
+_POLL_S = 0.1
 
 
 def kernel_trials(
@@ -39,7 +46,6 @@ def kernel_trials(
     budget_s: float,
     binaries_dir: str | None = None,
 ) -> list[dict[str, Any]]:
-    results = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dflashdoctor-race-") as tmp:
         work = Path(tmp)
@@ -48,40 +54,114 @@ def kernel_trials(
             **os.environ,
             "TRITON_CACHE_DIR": str(triton_cache),
             "FLA_CACHE_RESULTS": "0",
+            "FLA_CACHE_MODE": "disabled",
             "TRITON_CACHE_AUTOTUNING": "0",
         }
         env.pop("TRITON_INTERPRET", None)
         if interpret:
             env["TRITON_INTERPRET"] = "1"
-        config = {"target": spec, "threads": threads, "fix": fix, "devices": devices}
+        config = {"target": spec, "threads": threads, "fix": fix, "devices": devices, "trials": trials}
         (work / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        for index in range(trials):
-            out = work / f"out-{index}.json"
-            argv = [sys.executable, "-m", "dflashdoctor.autotune.kernel_trial", str(work / "config.json"), str(out)]
-            left = budget_s - (time.monotonic() - started) - _MIN_TRIAL_S * (trials - index - 1)
-            tuned_before = set(triton_cache.rglob("*.autotune.json"))
-            compiled_before = triton_cache.is_dir() and any(triton_cache.iterdir())
-            result = _one_trial(argv, env, out, fix=fix, threads=threads, timeout_s=max(_MIN_TRIAL_S, left))
-            result["binaries_cached"] = compiled_before  # False: this trial compiled its kernels
-            result["tuning_results_on_disk"] = len(set(triton_cache.rglob("*.autotune.json")) - tuned_before)
-            results.append(result)
+
+        def allowance(index: int) -> float:
+            """Seconds trial `index` may take from now: what is left, less the least each later trial keeps."""
+            return max(_MIN_TRIAL_S, budget_s - (time.monotonic() - started) - _MIN_TRIAL_S * (trials - index - 1))
+
+        results: list[dict[str, Any]] = []
+        while len(results) < trials:
+            results += _host(work, env, len(results), allowance, fix=fix, threads=threads, triton_cache=triton_cache)
     return results
 
 
-def _one_trial(
-    argv: list[str], env: dict[str, str], out: Path, *, fix: str, threads: int, timeout_s: float
+def _host(
+    work: Path,
+    env: dict[str, str],
+    first: int,
+    allowance: Callable[[int], float],
+    *,
+    fix: str,
+    threads: int,
+    triton_cache: Path,
+) -> list[dict[str, Any]]:
+    """One trial host from trial `first` on: every trial it finished, then (if it died or ran out of
+    time before the series ended) the trial it was in, as failed."""
+    config = work / "config.json"
+    argv = [sys.executable, "-m", "dflashdoctor.autotune.kernel_trial", str(config), str(work), str(first)]
+    trials = json.loads(config.read_text(encoding="utf-8"))["trials"]
+    stderr_path = work / f"host-{first}.stderr"
+    compiled_before = triton_cache.is_dir() and any(triton_cache.iterdir())
+    tuned_before = set(triton_cache.rglob("*.autotune.json")) if triton_cache.is_dir() else set()
+    results: list[dict[str, Any]] = []
+    with stderr_path.open("w+b") as stderr:
+        host = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+        index, allowed = first, allowance(first)
+        deadline = time.monotonic() + allowed
+        while index < trials:
+            out = work / f"out-{index}.json"
+            if out.exists():
+                results.append(json.loads(out.read_text(encoding="utf-8")))
+                compiled_before = triton_cache.is_dir() and any(triton_cache.iterdir())
+                tuned_before = set(triton_cache.rglob("*.autotune.json")) if triton_cache.is_dir() else set()
+                index, allowed = index + 1, allowance(index + 1)
+                deadline = time.monotonic() + allowed
+                continue
+            code = host.poll()
+            timed_out = code is None and time.monotonic() > deadline
+            if timed_out:
+                host.kill()
+                host.wait()
+            if code is not None or timed_out:
+                if (work / f"out-{index}.json").exists():  # written just before it exited
+                    continue
+                if code == POISONED:  # it finished its trial and left the device unusable
+                    break
+                died = _died(_tail(stderr_path), code, timed_out, allowed, fix=fix, threads=threads)
+                died["fresh_process"] = index == first
+                died["binaries_cached"] = compiled_before
+                after = set(triton_cache.rglob("*.autotune.json")) if triton_cache.is_dir() else set()
+                died["tuning_results_on_disk"] = len(after - tuned_before)
+                results.append(died)
+                break
+            time.sleep(_POLL_S)
+        if host.poll() is None:  # the series is over: it is exiting, or it hangs past its last trial
+            try:
+                host.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                host.kill()
+                host.wait()
+    return results
+
+
+def _tail(path: Path) -> str:
+    return path.read_bytes()[-2 * _STDERR_TAIL :].decode(errors="replace")
+
+
+def _died(
+    stderr: str, code: int | None, timed_out: bool, allowed_s: float, *, fix: str, threads: int
 ) -> dict[str, Any]:
-    try:
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
-        stderr, code = done.stderr, done.returncode
-    except subprocess.TimeoutExpired as exc:
-        partial = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
-        stderr, code = f"timed out after {timeout_s} s\n{partial}", None
-    if code == 0 and out.exists():
-        return json.loads(out.read_text(encoding="utf-8"))
+    """The trial a host was in when it died or ran out of time, as a failed trial."""
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    if timed_out:
+        message = f"timed out after {allowed_s:.0f} s"
+    elif code is not None and code < 0:
+        message = f"killed by {_signal_name(-code)}"
+    else:
+        message = f"exit status {code}"
     died = Trial(forced=False, fix=fix, threads=threads)
-    message = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {code}"
     died.errors.append(
-        ThreadError(thread="process", type="ProcessDied", message=message, frame="", traceback=stderr[-_STDERR_TAIL:])
+        ThreadError(
+            thread="process",
+            type="ProcessDied",
+            message=f"{message}: {last}" if last else message,
+            frame="",
+            traceback=stderr[-_STDERR_TAIL:],
+        )
     )
     return died.to_dict()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

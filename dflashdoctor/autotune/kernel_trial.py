@@ -1,30 +1,41 @@
-"""One trial of a real autotuned workload shared by threads, in a process of its own.
+"""Trials of a real autotuned workload shared by threads, one after another in one trial host.
 
-    python -m dflashdoctor.autotune.kernel_trial CONFIG.json OUT.json
+    python -m dflashdoctor.autotune.kernel_trial CONFIG.json OUT_DIR FIRST
 
-Autotuners are module globals, so only a fresh process gives fresh in-memory tuning caches; the
-parent also gives it a fresh TRITON_CACHE_DIR and FLA_CACHE_RESULTS=0, so no tuning result comes
-from disk: every trial tunes cold, where the race lives. The workload is a TARGET callable
-`fn(worker, device) -> tensor`; the threads start together, worker i on `devices[i % len(devices)]`,
-under an AutotunerGuard (which serializes for the `lock` fix; a shared lock serializes the callers
-for `sequential`). Afterwards each worker's call is repeated alone (warm by then) and compared.
+The host imports the TARGET once (for FLA, `fla.ops`: about 10 s), then runs trials FIRST, FIRST+1,
+... up to the config's `trials`, writing `out-<i>.json` as each ends. Before each trial every live
+autotuner is made cold (cold_tuners.py) and the parent gave the series TRITON_CACHE_AUTOTUNING=0 and
+FLA_CACHE_RESULTS=0, so every trial tunes every key afresh, where the race lives; each trial checks
+both (what it benchmarked, any `*.autotune.json` that appeared on disk). The workload is a TARGET
+callable `fn(worker, device) -> tensor`; the threads start together, worker i on
+`devices[i % len(devices)]`, under an AutotunerGuard (which serializes for the `lock` fix; a shared
+lock serializes the callers for `sequential`). Afterwards each worker's call is repeated alone
+(warm by then) and compared.
+
+A trial that leaves a GPU unusable (a sticky CUDA error) ends the host with POISONED once its
+result is written: the parent starts a fresh host for the next trial. A host that dies mid-trial is
+seen by the parent (kernel_runs.py), which records that trial and goes on in a fresh host.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from dflashdoctor.autotune.cold_tuners import benchmarked, entered_warm, live_tuners, make_cold
 from dflashdoctor.autotune.trials import Trial, outputs_equal, run_threads
 from dflashdoctor.targets import resolve
 
+POISONED = 4  # exit status: the last trial left a device unusable; the next needs a fresh process
 
-def run_kernel_trial(spec: str, threads: int, fix: str, devices: list[str]) -> Trial:
-    target, _, _ = resolve(spec)
 
+def run_kernel_trial(target: Any, threads: int, fix: str, devices: list[str]) -> Trial:
     def call(index: int) -> Any:
         device = devices[index % len(devices)]
         if device.startswith("cuda"):
@@ -39,14 +50,65 @@ def run_kernel_trial(spec: str, threads: int, fix: str, devices: list[str]) -> T
     return trial
 
 
-def main() -> None:
-    config_path, out_path = sys.argv[1], sys.argv[2]
-    with open(config_path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    trial = run_kernel_trial(config["target"], config["threads"], config["fix"], config["devices"])
-    with open(out_path, "w", encoding="utf-8") as handle:
-        json.dump(trial.to_dict(), handle, default=str)
+def _tuning_files(triton_cache: Path) -> set[Path]:
+    return set(triton_cache.rglob("*.autotune.json")) if triton_cache.is_dir() else set()
+
+
+def _devices_usable(devices: list[str]) -> str | None:
+    """None when every CUDA device still answers; else what the first one that does not said."""
+    for device in devices:
+        if device.startswith("cuda"):
+            try:
+                torch.cuda.synchronize(device)
+            except Exception as exc:  # a sticky error: this process can run nothing more on it
+                return f"{device}: {type(exc).__name__}: {str(exc)[:300]}"
+    return None
+
+
+def one_trial(target: Any, config: dict[str, Any], triton_cache: Path, fresh_process: bool) -> dict[str, Any]:
+    """One cold trial in this process, with what shows it was cold."""
+    cold = make_cold(live_tuners())
+    tuned_before = _tuning_files(triton_cache)
+    compiled_before = triton_cache.is_dir() and any(triton_cache.iterdir())
+    started = time.perf_counter()
+    trial = run_kernel_trial(target, config["threads"], config["fix"], config["devices"])
+    result = trial.to_dict()
+    tuners = live_tuners()
+    tuned = benchmarked(tuners)
+    result.update(
+        fresh_process=fresh_process,  # True: the first trial of its host, which imported the workload
+        tuning_entries_cleared=cold.entries_cleared,  # what earlier calls had left, emptied before this trial
+        benchmarked=tuned,  # kernel -> keys it tuned in this trial
+        # only where no thread died mid-tuning, which leaves a cold tuner without its timings
+        entered_warm=[] if trial.errors else entered_warm(trial.autotuners_entered, tuners, tuned),
+        binaries_cached=compiled_before,  # False: this trial compiled its kernels
+        tuning_results_on_disk=len(_tuning_files(triton_cache) - tuned_before),
+        wall_s=round(time.perf_counter() - started, 3),
+    )
+    return result
+
+
+def _write_whole(path: Path, document: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(document, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main() -> int:
+    config_path, out_dir, first = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    target, _, _ = resolve(config["target"])
+    triton_cache = Path(os.environ["TRITON_CACHE_DIR"])
+    for index in range(first, config["trials"]):
+        result = one_trial(target, config, triton_cache, fresh_process=index == first)
+        broken = _devices_usable(config["devices"])
+        if broken:
+            result["device_unusable"] = broken
+        _write_whole(out_dir / f"out-{index}.json", result)
+        if broken:
+            return POISONED
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -56,7 +56,7 @@ class RaceJudge(Judge):
         if obs.kernel_trials is not None:
             self.measurements["devices"] = obs.devices
             self.measurements["live_autotuners"] = obs.live_autotuners
-            self._series(obs.kernel_trials, "kernel trials", "trials (each a fresh process, tuning cold)")
+            self._series(obs.kernel_trials, "kernel trials", "trials (each tuning cold)")
             self._cold_tuning(obs.kernel_trials)
             self._reached(obs.kernel_trials)
         if obs.processes:
@@ -70,13 +70,13 @@ class RaceJudge(Judge):
         return self.result()
 
     def _trials_chart(self) -> None:
-        """Trials failed per fix and kind (forced, natural, a fresh process each), to compare at a glance."""
+        """Trials failed per fix and kind (forced, natural, real kernels tuning cold), to compare at a glance."""
         obs = self.observations
         trials = [t for t in (obs.forced_unfixed, obs.forced_fixed) if t is not None]
         trials += [*obs.natural, *(obs.kernel_trials or [])]
         groups: dict[str, list[dict[str, Any]]] = {}
         for trial in trials:
-            kind = "forced" if trial.get("forced") else "fresh process" if "binaries_cached" in trial else "natural"
+            kind = "forced" if trial.get("forced") else "cold kernels" if "binaries_cached" in trial else "natural"
             groups.setdefault(f"fix {trial.get('fix')}, {kind}", []).append(trial)
         bars = []
         for label, group in groups.items():
@@ -201,15 +201,29 @@ class RaceJudge(Judge):
             )
 
     def _cold_tuning(self, trials: list[dict[str, Any]]) -> None:
-        """A trial only tests the race if it tuned cold: no tuning result may have come from disk."""
+        """A trial only tests the race if it tuned cold: no tuning result may have come from disk, and
+        (trials sharing a host) every kernel it called with configs to choose from benchmarked them."""
         stored = max((t.get("tuning_results_on_disk", 0) for t in trials), default=0)
+        warm = sorted({name for t in trials for name in t.get("entered_warm", [])})
+        hosts = sum(1 for t in trials if t.get("fresh_process", True))
+        problems = []
+        if stored:
+            problems.append(
+                f"{stored} tuning results were written to the trials' TRITON_CACHE_DIR, so later trials may have "
+                "read them instead of tuning"
+            )
+        if warm:
+            problems.append(f"{', '.join(warm)} ran without benchmarking its configs: its choice was not tuned cold")
+        processes = f"{hosts} process{'es' if hosts != 1 else ''}"
+        cleared = sum(t.get("tuning_entries_cleared", 0) for t in trials)
+        self.measurements.update(trial_processes=hosts, tuning_entries_cleared=cleared)
         self._check(
             "cold tuning",
-            "warn" if stored else "pass",
-            f"{stored} tuning results were written to the trials' TRITON_CACHE_DIR, so later trials may have read "
-            "them instead of tuning"
-            if stored
-            else "no tuning result was stored on disk: every trial tuned every key in a fresh process",
+            "warn" if problems else "pass",
+            "; ".join(problems)
+            if problems
+            else f"no tuning result on disk, every tuner emptied before each trial ({cleared} entries from earlier "
+            f"trials cleared): {len(trials)} trial{'s' if len(trials) != 1 else ''} tuned every key, in {processes}",
         )
 
     def _reference(self, reference: dict[str, Any]) -> None:

@@ -3,7 +3,8 @@
 Run on a CUDA machine with fla-core importable (`python -m pytest -m gpu`). With two GPUs the
 threads run one per GPU, as the original data-parallel pairs did; with one, both share it (the
 autotuners are shared either way: they are module globals). The tests share one folder of compiled
-binaries, so only the first trial compiles; every trial still tunes cold (checked in each).
+binaries, so only the first trial compiles; every trial still tunes cold (checked in each), and the
+trials of one run share a trial host.
 """
 
 from __future__ import annotations
@@ -35,8 +36,12 @@ def race(evidence, binaries):
 
 
 def _tuned_cold(run: CliRun) -> list[dict]:
+    """Trials share a trial host: none stored a tuning result on disk, each benchmarked its kernels,
+    and each after the first cleared what the one before had tuned."""
     trials = run.report["results"][0]["measurements"]["kernel_trials"]
-    assert all(t["tuning_results_on_disk"] == 0 for t in trials)
+    assert all(t["tuning_results_on_disk"] == 0 and t["entered_warm"] == [] for t in trials)
+    assert all(t["benchmarked"] for t in trials)
+    assert all(t["tuning_entries_cleared"] > 0 for t in trials if not t["fresh_process"])
     assert run.check("cold tuning")["status"] == "pass"
     return trials
 

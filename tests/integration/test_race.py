@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from dflashdoctor.autotune import stub_kernel
-from tests.paths import ROOT
+from tests.paths import ROOT, TARGETS
 
 triton = pytest.importorskip("triton")
 
@@ -92,20 +92,48 @@ def test_binaries_folder_that_is_a_file_exits_2(cli, tmp_path):
 SHARED_STUB = "dflashdoctor.autotune.stub_kernel:shared_add"
 
 
-def test_target_trials_run_in_fresh_processes_and_the_lock_holds(cli):
-    run = cli("race", "--kernel", SHARED_STUB, "--trials", "2", "--fix", "lock")
+def test_target_trials_share_one_host_tune_cold_each_time_and_the_lock_holds(cli):
+    """Three trials in one interpreter: before each, every autotuner is emptied (the second and
+    third find the key the trial before tuned, and clear it), and each trial benchmarks its configs
+    again; nothing is stored on disk."""
+    run = cli("race", "--kernel", SHARED_STUB, "--trials", "3", "--fix", "lock")
     assert run.code == 0, run.stdout + run.stderr
     measurements = run.report["results"][0]["measurements"]
     trials = measurements["kernel_trials"]
-    assert len(trials) == 2 and measurements["kernel_trials_failures"] == 0
+    assert len(trials) == 3 and measurements["kernel_trials_failures"] == 0
     assert all(t["outputs_equal"] and t["fix"] == "lock" for t in trials)
     assert measurements["devices"] == ["cpu"]
     assert all(entry["serialized"] for t in trials for entry in t["concurrent_entries"])
+    assert [t["fresh_process"] for t in trials] == [True, False, False]
+    assert [t["tuning_entries_cleared"] for t in trials] == [0, 1, 1]
+    assert [t["benchmarked"] for t in trials] == [{"add_kernel": 1}] * 3
+    assert all(t["entered_warm"] == [] for t in trials)
     # The interpreter compiles nothing, so no trial found binaries; and no tuning result on disk.
-    assert [t["binaries_cached"] for t in trials] == [False, False]
+    assert [t["binaries_cached"] for t in trials] == [False, False, False]
     assert all(t["tuning_results_on_disk"] == 0 for t in trials)
-    assert run.check("cold tuning")["status"] == "pass"
+    cold = run.check("cold tuning")
+    assert cold["status"] == "pass" and cold["summary"].endswith("3 trials tuned every key, in 1 process")
     assert measurements["autotuners_reached"] == ["add_kernel"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [("killed", "killed by SIGKILL"), ("hangs", "timed out after 30 s")],
+)
+def test_a_trial_host_lost_mid_trial_is_a_failed_trial_and_the_next_starts_afresh(cli, fault, message):
+    """SIGKILL, or a hang past the trial's time, in the second trial of a host: that trial fails as
+    ProcessDied saying how it ended, and the third runs in a fresh host (which imports the workload
+    again) and passes."""
+    target = f"{TARGETS / 'race' / 'second_trial_faults.py'}:{fault}"
+    run = cli("race", "--kernel", target, "--trials", "3", "--fix", "lock", "--timeout", "120")
+    assert run.code == 1, run.stdout + run.stderr
+    trials = run.report["results"][0]["measurements"]["kernel_trials"]
+    assert [t["failed"] for t in trials] == [False, True, False]
+    assert [t["fresh_process"] for t in trials] == [True, False, True]
+    (died,) = trials[1]["errors"]
+    assert died["type"] == "ProcessDied" and died["message"].startswith(message), died["message"]
+    assert run.check("kernel trials")["summary"].startswith("1 of 3 trials (each tuning cold) failed")
+    assert run.check("cold tuning")["summary"].endswith("in 2 processes")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")

@@ -8,7 +8,7 @@ import pytest
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.judges.race import judge
 from dflashdoctor.observations import RaceObservations, load
-from tests.unit.recorded import codes, documented, found, judged
+from tests.unit.recorded import codes, documented, found, judged, observations
 
 CASES = {
     "autotuner-race": "cpu/race-stub",
@@ -68,3 +68,25 @@ def test_overlap_in_runs_that_did_not_crash_is_an_error():
     (overlap,) = [f for f in result.findings if f.code == "concurrent-autotuner-entry"]
     assert overlap.severity == "error" and overlap.evidence["event"]["threads"] == ["worker-0", "worker-1"]
     assert result.status == "fail"
+
+
+def test_fla_trials_in_one_host_each_tuned_cold():
+    """The H200 recording of three trials in one trial host: the later two cleared the keys the one
+    before left, all six kernels benchmarked in each, and each crashed."""
+    (result,) = judged("h200/race-fla")
+    trials = result.measurements["kernel_trials"]
+    assert [t["fresh_process"] for t in trials] == [True, False, False]
+    assert [t["tuning_entries_cleared"] for t in trials] == [0, 6, 6]
+    assert all(len(t["benchmarked"]) == 6 and t["failed"] for t in trials)
+    cold = next(c for c in result.checks if c.name == "cold tuning")
+    assert cold.status == "pass" and cold.summary.endswith("3 trials tuned every key, in 1 process")
+
+
+def test_a_kernel_that_ran_without_benchmarking_makes_the_trials_not_cold():
+    """A kernel with configs to choose from that a trial called without tuning (its choice came from a
+    file or an earlier call) means that trial did not test the race: the check warns and names it."""
+    recorded = observations("h200/race-fla")
+    first = {**recorded.kernel_trials[0], "entered_warm": ["l2norm_fwd_kernel"]}
+    (result,) = judged("h200/race-fla", kernel_trials=[first, *recorded.kernel_trials[1:]])
+    cold = next(c for c in result.checks if c.name == "cold tuning")
+    assert cold.status == "warn" and cold.summary.startswith("l2norm_fwd_kernel ran without benchmarking its configs")
