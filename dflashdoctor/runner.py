@@ -16,12 +16,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from dflashdoctor.forkserver.client import HostedChild, current_host
 from dflashdoctor.remote import SshTarget, run_remote
 
 _STACK_DUMP_GRACE_S = 2.0
@@ -83,6 +85,11 @@ def _tail(path: Path) -> str:
     except OSError:
         return ""
     return data[-_TAIL_CHARS:].decode("utf-8", errors="replace")
+
+
+def probe_env(python: str) -> dict[str, str]:
+    """The environment every probe of `python` starts with (a probe host too)."""
+    return {**_env(), **bytecode_env(python)}
 
 
 def _env() -> dict[str, str]:
@@ -168,14 +175,7 @@ def run_probe(
         argv = [python, str(probes_dir() / script), "--config", str(config_path), "--out", str(out_path)]
         started = time.monotonic()
         with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
-            child = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                env={**_env(), **bytecode_env(python), **(env or {})},
-                start_new_session=True,
-            )
+            child = _start(argv, python, env or {}, out, err, work)
             timed_out = False
             try:
                 child.wait(timeout=timeout_s)
@@ -183,9 +183,10 @@ def run_probe(
                 timed_out = True
                 _stop(child)
             except BaseException:  # the doctor interrupted (Ctrl-C, SIGTERM): its probe goes with it
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(child.pid, signal.SIGKILL)
+                _kill_group(child.pid)
                 raise
+            finally:
+                RUNNING.discard(child.pid)
         run = ProbeRun(
             probe=probe,
             duration_s=round(time.monotonic() - started, 3),
@@ -203,7 +204,62 @@ def run_probe(
         return run
 
 
-def _stop(child: subprocess.Popen[bytes]) -> None:
+class _Running:
+    """The probe processes this doctor has running, so that a doctor stopped while several run at
+    once (the gate's threads) stops them all, not only the one its main thread waits for."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._children: set[int] = set()  # process groups
+        self.stopping = False
+
+    def add(self, pid: int) -> None:
+        with self._lock:
+            self._children.add(pid)
+            if self.stopping:  # started as the doctor stops: it goes at once
+                _kill_group(pid)
+
+    def discard(self, pid: int) -> None:
+        with self._lock:
+            self._children.discard(pid)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            self.stopping = True
+            for pid in self._children:
+                _kill_group(pid)
+
+
+RUNNING = _Running()
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _start(
+    argv: list[str], python: str, env: dict[str, str], out: IO[bytes], err: IO[bytes], work: Path
+) -> subprocess.Popen[bytes] | HostedChild:
+    """The probe's process: forked from the gate's probe host where one runs this interpreter and
+    the probe needs no environment of its own (which torch, imported there already, might read at
+    import); else started afresh."""
+    host = current_host(python) if not env else None
+    child = host.start(argv[1:], probe_env(python), work / "stdout", work / "stderr") if host else None
+    if child is None:
+        child = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env={**probe_env(python), **env},
+            start_new_session=True,
+        )
+    RUNNING.add(child.pid)
+    return child
+
+
+def _stop(child: subprocess.Popen[bytes] | HostedChild) -> None:
     """Ask for thread stacks, give them a moment to reach stderr, then kill the whole group."""
     try:
         os.killpg(child.pid, signal.SIGUSR1)

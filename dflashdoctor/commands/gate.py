@@ -12,6 +12,7 @@ and compares them (gate/nodes.py)."""
 
 from __future__ import annotations
 
+import contextvars
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,12 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflashdoctor.errors import MissingPackage
+from dflashdoctor.forkserver.client import hosting
 from dflashdoctor.gate.config import GateConfig, load_config
 from dflashdoctor.gate.hostfile import Node
 from dflashdoctor.gate.merge import drop_repeated_findings
 from dflashdoctor.gate.nodes import gate_nodes, nodes_report
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import Check, ProbeResult, Report
+from dflashdoctor.runner import RUNNING, probe_env, resolve_python
 from dflashdoctor.session import finish, new_report
 
 
@@ -60,9 +63,29 @@ def _skipped(argv: list[str], probe: str, why: str) -> Report:
     return report
 
 
-def _probe_reports(config: GateConfig, python: str | None, ssh: str | None) -> list[Report]:
-    with ThreadPoolExecutor(max_workers=len(config.probes) if config.parallel else 1) as pool:
-        return list(pool.map(lambda name: _probe(name, config, python, ssh), config.probes))
+def _probe_reports(config: GateConfig, python: str | None, ssh: str | None) -> tuple[list[Report], str | None]:
+    """The probes at once, forked from one probe host where they run here (forkserver/): each then
+    skips importing torch, dynamo and Inductor, which is most of a warm probe's CPU time. Also what
+    the host did, for the report's environment."""
+    interpreter = _local_python(python) if ssh is None and config.parallel and len(config.probes) > 1 else None
+    host = hosting(interpreter or "", probe_env(interpreter or ""), enabled=interpreter is not None)
+    with host as opened, ThreadPoolExecutor(max_workers=len(config.probes) if config.parallel else 1) as pool:
+        futures = [
+            pool.submit(contextvars.copy_context().run, _probe, name, config, python, ssh) for name in config.probes
+        ]
+        try:
+            reports = [future.result() for future in futures]
+        except BaseException:  # stopped (SIGTERM, Ctrl-C): the probes still running in the pool's threads too
+            RUNNING.stop_all()
+            raise
+        return reports, opened.describe() if opened is not None else None
+
+
+def _local_python(python: str | None) -> str | None:
+    try:
+        return resolve_python(python)
+    except ValueError:  # the probes say so themselves, as bad input
+        return None
 
 
 def _gate_one(
@@ -72,7 +95,10 @@ def _gate_one(
     started = time.monotonic()
     report = new_report("gate", argv)
     report.environment.update(environment)
-    for sub in _probe_reports(config, python, ssh):
+    reports, host = _probe_reports(config, python, ssh)
+    if host is not None:
+        report.environment["probe_host"] = host
+    for sub in reports:
         report.results.extend(sub.results)
         report.observations.update(sub.observations)
         for key, value in sub.environment.items():

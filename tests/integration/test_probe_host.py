@@ -1,0 +1,159 @@
+"""The gate's probe host (forkserver/), for real: probes forked from one interpreter that imported
+torch once still fail alone (a probe killed or hung is its own `probe-crashed` section, its stacks
+dumped), a host that cannot start leaves the probes to start on their own, and a doctor killed
+with SIGKILL or SIGTERM takes the host and every probe it forked with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dflashdoctor.forkserver.client import ProbeHost
+from dflashdoctor.runner import probe_env
+from tests.conftest import run_cli
+from tests.paths import TARGETS
+
+
+def _gate(tmp_path: Path, config: str) -> object:
+    (tmp_path / "dflashdoctor.toml").write_text(config)
+    return run_cli(tmp_path, "gate")
+
+
+@pytest.mark.parametrize(
+    ("fault", "timeout", "expect"),
+    [("killed_by_signal", 600, "signal 9"), ("hangs", 45, "timed out")],
+)
+def test_a_forked_probe_killed_or_hung_is_its_own_crash_and_the_gate_goes_on(tmp_path, fault, timeout, expect):
+    target = f"{TARGETS / 'bad_inputs.py'}:{fault}"
+    config = f'target = "{target}"\ndevice = "cpu"\ntimeout = {timeout}\nprobes = ["env", "check-compile"]\n'
+    run = _gate(tmp_path, config)
+    assert run.code == 3, run.stdout[-2000:] + run.stderr[-2000:]
+    sections = {r["probe"]: r for r in run.report["results"]}
+    assert sections["env"]["status"] == "pass"
+    crashed = sections["check-compile"]
+    assert crashed["status"] == "error"
+    (crash,) = [f for f in crashed["findings"] if f["code"] == "probe-crashed"]
+    assert expect in crash["title"]
+    if fault == "hangs":  # asked for its stacks before the kill, as a probe started alone is
+        stacks = crash["evidence"]["stderr_tail"]
+        assert "most recent call first" in stacks and "bad_inputs.py" in stacks
+    assert run.report["environment"]["probe_host"].endswith("2 probes forked from it")
+
+
+def test_a_host_that_cannot_import_torch_forks_nothing(tmp_path):
+    """An interpreter without torch (a bare venv): the host says it is not ready, `start` says so
+    (None), and the runner then starts each probe as its own process, which reports what is missing."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    env = probe_env(python)
+    host = ProbeHost.open(python, env)
+    assert host is not None
+    try:
+        script = tmp_path / "probe.py"
+        script.write_text("print('ran')\n")
+        assert host.start([str(script)], env, tmp_path / "out", tmp_path / "err") is None
+        assert host.describe().startswith("not used: the probe host did not start")
+        assert not (tmp_path / "out").exists()
+    finally:
+        host.close()
+
+
+def test_a_forked_probe_gets_its_environment_files_and_exit_status(tmp_path):
+    host = ProbeHost.open(sys.executable, probe_env(sys.executable))
+    assert host is not None
+    try:
+        script = tmp_path / "probe.py"
+        script.write_text(
+            "import os, sys, torch\n"
+            "print(os.environ['PROBE_MARK'], sys.argv[1:], sys.path[0] == os.path.dirname(__file__))\n"
+            "print('to stderr', file=sys.stderr)\n"
+            "sys.exit(7)\n"
+        )
+        env = {**probe_env(sys.executable), "PROBE_MARK": "marked"}
+        child = host.start([str(script), "--flag"], env, tmp_path / "out", tmp_path / "err")
+        assert child is not None and child.wait(timeout=60) == 7
+        assert (tmp_path / "out").read_text() == "marked ['--flag'] True\n"
+        assert (tmp_path / "err").read_text() == "to stderr\n"
+        assert os.getpgid(os.getpid()) != child.pid  # its own process group, which the runner kills
+    finally:
+        host.close()
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of `pid`, from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_the_doctor_stopped_takes_the_host_and_its_probes_with_it(tmp_path, sig):
+    """A gate whose check-compile hangs: once the host has forked its probes, the doctor is sent
+    `sig`; within seconds no process it started (host, forked probes) is left."""
+    target = f"{TARGETS / 'bad_inputs.py'}:hangs"
+    (tmp_path / "dflashdoctor.toml").write_text(
+        f'target = "{target}"\ndevice = "cpu"\ntimeout = 300\nprobes = ["env", "check-compile"]\n'
+    )
+    doctor = subprocess.Popen(
+        [sys.executable, "-m", "dflashdoctor", "gate", "--report-dir", str(tmp_path / "report")],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    started = time.monotonic()
+    seen: set[int] = set()
+    while time.monotonic() - started < 120:
+        seen |= _children(doctor.pid)
+        hosts = [p for p in seen if b"forkserver.server" in _cmdline(p) and _parent(p) == doctor.pid]
+        if hosts and len(_children(hosts[0])) >= 1:  # the hanging probe, forked
+            seen |= _children(hosts[0])
+            break
+        time.sleep(0.2)
+    else:
+        doctor.kill()
+        pytest.fail("the gate never forked a probe from its host")
+    doctor.send_signal(sig)
+    assert doctor.wait(timeout=60) == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(p) for p in seen):
+        time.sleep(0.2)
+    assert not [p for p in seen if _alive(p)], [_cmdline(p) for p in seen if _alive(p)]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
