@@ -145,8 +145,10 @@ def run_probe(
     timeout_s: float,
     env: dict[str, str] | None = None,
     ssh: SshTarget | None = None,
+    forkable: bool = False,
 ) -> ProbeRun:
     """Run one probe to its end or its timeout; `env` is set in the child's environment on top of ours.
+    `forkable`: it may be forked from the gate's probe host, if one runs this interpreter.
     With `ssh`, the probe runs on that machine instead (remote.py)."""
     if ssh is not None:
         remote = run_remote(
@@ -175,7 +177,7 @@ def run_probe(
         argv = [python, str(probes_dir() / script), "--config", str(config_path), "--out", str(out_path)]
         started = time.monotonic()
         with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
-            child = _start(argv, python, env or {}, out, err, work)
+            child = _start(argv, python, env or {}, out, err, work, forkable=forkable)
             timed_out = False
             try:
                 child.wait(timeout=timeout_s)
@@ -239,12 +241,12 @@ def _kill_group(pid: int) -> None:
 
 
 def _start(
-    argv: list[str], python: str, env: dict[str, str], out: IO[bytes], err: IO[bytes], work: Path
+    argv: list[str], python: str, env: dict[str, str], out: IO[bytes], err: IO[bytes], work: Path, *, forkable: bool
 ) -> subprocess.Popen[bytes] | HostedChild:
-    """The probe's process: forked from the gate's probe host where one runs this interpreter and
-    the probe needs no environment of its own (which torch, imported there already, might read at
-    import); else started afresh."""
-    host = current_host(python) if not env else None
+    """The probe's process: forked from the gate's probe host where the probe may be, one runs this
+    interpreter, and the probe needs no environment of its own (which torch, imported there already,
+    might read at import); else started afresh."""
+    host = current_host(python) if forkable and not env else None
     child = host.start(argv[1:], probe_env(python), work / "stdout", work / "stderr") if host else None
     if child is None:
         child = subprocess.Popen(

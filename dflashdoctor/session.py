@@ -128,7 +128,16 @@ def probe_into_report(
     report. The probed interpreter's versions and device go into the report's environment."""
     assert spec.script is not None, f"{spec.name} has no probe script"
     target = SshTarget.parse(ssh) if ssh is not None else None
-    run = run_probe(spec.name, spec.script, config, python=python, timeout_s=timeout_s, env=env, ssh=target)
+    run = run_probe(
+        spec.name,
+        spec.script,
+        config,
+        python=python,
+        timeout_s=timeout_s,
+        env=env,
+        ssh=target,
+        forkable=spec.forked_in_gate,
+    )
     if target is not None:
         report.environment["probed_host"] = ssh
     payload = probe_payload(run, python)

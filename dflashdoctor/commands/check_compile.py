@@ -108,4 +108,5 @@ SPEC = ProbeSpec(
     command=check_compile,
     script="check_compile.py",
     from_gate=from_gate,
+    forked_in_gate=True,
 )

@@ -47,4 +47,5 @@ SPEC = ProbeSpec(
     command=env,
     script="env.py",
     from_gate=from_gate,
+    forked_in_gate=True,
 )

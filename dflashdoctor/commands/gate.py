@@ -67,7 +67,8 @@ def _probe_reports(config: GateConfig, python: str | None, ssh: str | None) -> t
     """The probes at once, forked from one probe host where they run here (forkserver/): each then
     skips importing torch, dynamo and Inductor, which is most of a warm probe's CPU time. Also what
     the host did, for the report's environment."""
-    interpreter = _local_python(python) if ssh is None and config.parallel and len(config.probes) > 1 else None
+    forked = [name for name in config.probes if PROBES[name].forked_in_gate]
+    interpreter = _local_python(python) if ssh is None and config.parallel and len(forked) > 1 else None
     host = hosting(interpreter or "", probe_env(interpreter or ""), enabled=interpreter is not None)
     with host as opened, ThreadPoolExecutor(max_workers=len(config.probes) if config.parallel else 1) as pool:
         futures = [

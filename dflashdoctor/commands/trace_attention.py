@@ -123,4 +123,5 @@ SPEC = ProbeSpec(
     command=trace_attention,
     script="trace_attention.py",
     from_gate=from_gate,
+    forked_in_gate=True,
 )

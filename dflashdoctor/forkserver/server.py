@@ -10,8 +10,9 @@ and exits); each request on stdin, {"id", "argv", "env", "stdout", "stderr"}, is
 The host never initialises CUDA (and refuses to serve if its imports loaded the CUDA driver), so
 a fork is safe as a DataLoader worker's is; each child starts its own session (its pid is its
 process group, which the doctor signals and kills as it would a probe it started itself), takes
-the request's environment, and runs the probe script as `python SCRIPT ARGS` would. At the end of its stdin (the doctor exited, or killed) the host kills every
-child it still has and exits: nothing outlives the doctor.
+the request's environment, and runs the probe script as `python SCRIPT ARGS` would. At the end of
+its stdin (the doctor exited, or was killed) the host kills every child it still has and exits:
+nothing outlives the doctor.
 """
 
 from __future__ import annotations
