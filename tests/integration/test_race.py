@@ -7,6 +7,7 @@ the in-process tests here run in a child process with TRITON_INTERPRET=1.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -255,3 +256,22 @@ def test_audit_reads_per_call_state_and_a_subclass_lock():
 
     locked = audit_class(LockedAutotuner)
     assert (locked.base_run, locked.locked, locked.per_call_state) == (True, True, {})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="needs fla-core installed")
+def test_the_installed_classes_are_audited_from_their_files_without_importing_fla():
+    """Importing FLA's autotuner module imports every FLA op (seconds of CPU in every race, and in
+    every gate); the audit reads the same class from its file instead, in a fresh interpreter."""
+    code = (
+        "import json, sys\n"
+        "from dflashdoctor.autotune.audit import audit_installed\n"
+        "audits = [a.to_dict() for a in audit_installed()]\n"
+        "print(json.dumps({'audits': audits, 'fla_imported': 'fla' in sys.modules}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    result = json.loads(done.stdout)
+    assert result["fla_imported"] is False
+    base, fla = result["audits"]
+    assert base["cls"] == "triton.runtime.autotuner.Autotuner" and base["audited"] and not base["locked"]
+    assert "run" in base["per_call_state"]["nargs"]["written_by"]
+    assert fla["cls"] == "fla.ops.utils.cache.CachedAutotuner" and fla["audited"] and fla["base_run"]
