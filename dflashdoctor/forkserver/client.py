@@ -68,7 +68,8 @@ class ProbeHost:
 
     @classmethod
     def open(cls, python: str, env: dict[str, str]) -> ProbeHost | None:
-        """A ready host, or None when it could not start or import torch (the probes run alone)."""
+        """A host that is importing, or None when it cannot be started (the probes run alone); whether
+        its imports worked is read when the first probe asks for it."""
         argv = [python, "-m", "dflashdoctor.forkserver.server"]
         try:
             process = subprocess.Popen(
@@ -148,7 +149,9 @@ class ProbeHost:
                 self._process.stdin.flush()
         except OSError:
             return None
-        if not asked.wait(_ANSWER_TIMEOUT_S):
+        if not asked.wait(_ANSWER_TIMEOUT_S):  # stuck: stopped, so that it cannot fork this probe later too
+            with contextlib.suppress(OSError):
+                os.killpg(self._process.pid, signal.SIGKILL)
             return None
         with self._lock:
             pid = self._answers.pop(request_id, None)
