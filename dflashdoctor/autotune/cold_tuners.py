@@ -13,7 +13,6 @@ workload may keep its tuners anywhere (FLA's are module globals, a TARGET's may 
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
 from typing import Any
 
 from dflashdoctor.hooks.autotuner_guard import kernel_name
@@ -29,16 +28,9 @@ def live_tuners() -> list[Any]:
     return [obj for obj in gc.get_objects() if issubclass(type(obj), Autotuner)]
 
 
-@dataclass
-class ColdStart:
-    """What making the tuners cold found: how many tuners, and the tuning results earlier calls had
-    left in them (zero before the first trial; the previous trial's keys before each later one)."""
-
-    tuners: int
-    entries_cleared: int
-
-
-def make_cold(tuners: list[Any]) -> ColdStart:
+def make_cold(tuners: list[Any]) -> int:
+    """Empty every tuner's tuning cache; the number of results cleared (zero before the first trial,
+    the previous trial's keys before each later one)."""
     cleared = 0
     for tuner in tuners:
         cache = getattr(tuner, "cache", None)
@@ -46,7 +38,7 @@ def make_cold(tuners: list[Any]) -> ColdStart:
             cleared += len(cache)
             cache.clear()
         tuner.configs_timings = None
-    return ColdStart(tuners=len(tuners), entries_cleared=cleared)
+    return cleared
 
 
 def benchmarked(tuners: list[Any]) -> dict[str, int]:

@@ -67,7 +67,7 @@ def _devices_usable(devices: list[str]) -> str | None:
 
 def one_trial(target: Any, config: dict[str, Any], triton_cache: Path, fresh_process: bool) -> dict[str, Any]:
     """One cold trial in this process, with what shows it was cold."""
-    cold = make_cold(live_tuners())
+    cleared = make_cold(live_tuners())
     tuned_before = _tuning_files(triton_cache)
     compiled_before = triton_cache.is_dir() and any(triton_cache.iterdir())
     started = time.perf_counter()
@@ -77,7 +77,7 @@ def one_trial(target: Any, config: dict[str, Any], triton_cache: Path, fresh_pro
     tuned = benchmarked(tuners)
     result.update(
         fresh_process=fresh_process,  # True: the first trial of its host, which imported the workload
-        tuning_entries_cleared=cold.entries_cleared,  # what earlier calls had left, emptied before this trial
+        tuning_entries_cleared=cleared,  # what earlier calls had left, emptied before this trial
         benchmarked=tuned,  # kernel -> keys it tuned in this trial
         # only where no thread died mid-tuning, which leaves a cold tuner without its timings
         entered_warm=[] if trial.errors else entered_warm(trial.autotuners_entered, tuners, tuned),
