@@ -268,6 +268,5 @@ def _stop(child: subprocess.Popen[bytes] | HostedChild) -> None:
         child.wait(timeout=_STACK_DUMP_GRACE_S)
     except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
         pass
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGKILL)
+    _kill_group(child.pid)
     child.wait()

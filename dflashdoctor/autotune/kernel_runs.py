@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dflashdoctor.autotune.kernel_trial import POISONED
+from dflashdoctor.autotune.kernel_trial import POISONED, has_binaries, tuning_files
 from dflashdoctor.autotune.trials import ThreadError, Trial
 
 _STDERR_TAIL = 4000
@@ -69,7 +69,8 @@ def kernel_trials(
 
         results: list[dict[str, Any]] = []
         while len(results) < trials:
-            results += _host(work, env, len(results), allowance, fix=fix, threads=threads, triton_cache=triton_cache)
+            first = len(results)
+            results += _host(work, env, first, trials, allowance, fix=fix, threads=threads, triton_cache=triton_cache)
     return results
 
 
@@ -77,6 +78,7 @@ def _host(
     work: Path,
     env: dict[str, str],
     first: int,
+    trials: int,
     allowance: Callable[[int], float],
     *,
     fix: str,
@@ -87,10 +89,9 @@ def _host(
     time before the series ended) the trial it was in, as failed."""
     config = work / "config.json"
     argv = [sys.executable, "-m", "dflashdoctor.autotune.kernel_trial", str(config), str(work), str(first)]
-    trials = json.loads(config.read_text(encoding="utf-8"))["trials"]
     stderr_path = work / f"host-{first}.stderr"
-    compiled_before = triton_cache.is_dir() and any(triton_cache.iterdir())
-    tuned_before = set(triton_cache.rglob("*.autotune.json")) if triton_cache.is_dir() else set()
+    compiled_before = has_binaries(triton_cache)
+    tuned_before = tuning_files(triton_cache)
     results: list[dict[str, Any]] = []
     with stderr_path.open("w+b") as stderr:
         host = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
@@ -100,8 +101,8 @@ def _host(
             out = work / f"out-{index}.json"
             if out.exists():
                 results.append(json.loads(out.read_text(encoding="utf-8")))
-                compiled_before = triton_cache.is_dir() and any(triton_cache.iterdir())
-                tuned_before = set(triton_cache.rglob("*.autotune.json")) if triton_cache.is_dir() else set()
+                compiled_before = has_binaries(triton_cache)
+                tuned_before = tuning_files(triton_cache)
                 index, allowed = index + 1, allowance(index + 1)
                 deadline = time.monotonic() + allowed
                 continue
@@ -118,7 +119,7 @@ def _host(
                 died = _died(_tail(stderr_path), code, timed_out, allowed, fix=fix, threads=threads)
                 died["fresh_process"] = index == first
                 died["binaries_cached"] = compiled_before
-                after = set(triton_cache.rglob("*.autotune.json")) if triton_cache.is_dir() else set()
+                after = tuning_files(triton_cache)
                 died["tuning_results_on_disk"] = len(after - tuned_before)
                 results.append(died)
                 break

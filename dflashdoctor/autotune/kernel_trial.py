@@ -50,8 +50,14 @@ def run_kernel_trial(target: Any, threads: int, fix: str, devices: list[str]) ->
     return trial
 
 
-def _tuning_files(triton_cache: Path) -> set[Path]:
+def tuning_files(triton_cache: Path) -> set[Path]:
+    """The tuning results stored under a Triton cache (none may appear while trials tune cold)."""
     return set(triton_cache.rglob("*.autotune.json")) if triton_cache.is_dir() else set()
+
+
+def has_binaries(triton_cache: Path) -> bool:
+    """Whether a trial starting now finds compiled kernels (False: it compiles them)."""
+    return triton_cache.is_dir() and any(triton_cache.iterdir())
 
 
 def _devices_usable(devices: list[str]) -> str | None:
@@ -68,8 +74,8 @@ def _devices_usable(devices: list[str]) -> str | None:
 def one_trial(target: Any, config: dict[str, Any], triton_cache: Path, fresh_process: bool) -> dict[str, Any]:
     """One cold trial in this process, with what shows it was cold."""
     cleared = make_cold(live_tuners())
-    tuned_before = _tuning_files(triton_cache)
-    compiled_before = triton_cache.is_dir() and any(triton_cache.iterdir())
+    tuned_before = tuning_files(triton_cache)
+    compiled_before = has_binaries(triton_cache)
     started = time.perf_counter()
     trial = run_kernel_trial(target, config["threads"], config["fix"], config["devices"])
     result = trial.to_dict()
@@ -82,7 +88,7 @@ def one_trial(target: Any, config: dict[str, Any], triton_cache: Path, fresh_pro
         # only where no thread died mid-tuning, which leaves a cold tuner without its timings
         entered_warm=[] if trial.errors else entered_warm(trial.autotuners_entered, tuners, tuned),
         binaries_cached=compiled_before,  # False: this trial compiled its kernels
-        tuning_results_on_disk=len(_tuning_files(triton_cache) - tuned_before),
+        tuning_results_on_disk=len(tuning_files(triton_cache) - tuned_before),
         wall_s=round(time.perf_counter() - started, 3),
     )
     return result

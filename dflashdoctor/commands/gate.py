@@ -12,6 +12,7 @@ and compares them (gate/nodes.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import sys
 import time
@@ -69,7 +70,7 @@ def _probe_reports(config: GateConfig, python: str | None, ssh: str | None) -> t
     the host did, for the report's environment."""
     forked = [name for name in config.probes if PROBES[name].forked_in_gate]
     interpreter = _local_python(python) if ssh is None and config.parallel and len(forked) > 1 else None
-    host = hosting(interpreter or "", probe_env(interpreter or ""), enabled=interpreter is not None)
+    host = hosting(interpreter, probe_env(interpreter)) if interpreter else contextlib.nullcontext()
     with host as opened, ThreadPoolExecutor(max_workers=len(config.probes) if config.parallel else 1) as pool:
         futures = [
             pool.submit(contextvars.copy_context().run, _probe, name, config, python, ssh) for name in config.probes

@@ -196,10 +196,10 @@ def current_host(python: str) -> ProbeHost | None:
 
 
 @contextlib.contextmanager
-def hosting(python: str, env: dict[str, str], enabled: bool = True) -> Iterator[ProbeHost | None]:
+def hosting(python: str, env: dict[str, str]) -> Iterator[ProbeHost | None]:
     """Within this block (and in threads started with its context), local probes of `python` are
-    forked from one host. Disabled, or where the host cannot start, probes run alone as before."""
-    host = ProbeHost.open(python, env) if enabled else None
+    forked from one host. Where the host cannot start, probes run alone as before."""
+    host = ProbeHost.open(python, env)
     token = _current.set(host)
     try:
         yield host
