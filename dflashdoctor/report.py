@@ -215,6 +215,16 @@ def finding_from_dict(data: dict[str, Any]) -> Finding:
     return Finding(**{**data, "where": Where(**where) if where else None})
 
 
+def _line_from_dict(data: dict[str, Any]) -> Line:
+    """A line's points as [x, y] numbers: a damaged document fails here, where it is read (a
+    ValueError or TypeError the loader turns into bad input), not later in a renderer."""
+    points = []
+    for point in data.get("points", []):
+        x, y = point
+        points.append([float(x), float(y)])
+    return Line(**{**data, "points": points})
+
+
 def probe_result_from_dict(data: dict[str, Any]) -> ProbeResult:
     return ProbeResult(
         **{
@@ -229,8 +239,8 @@ def probe_result_from_dict(data: dict[str, Any]) -> ProbeResult:
                 Plot(
                     **{
                         **p,
-                        "lines": [Line(**line) for line in p.get("lines", [])],
-                        "marks": [Mark(**m) for m in p.get("marks", [])],
+                        "lines": [_line_from_dict(line) for line in p.get("lines", [])],
+                        "marks": [Mark(**{**m, "x": float(m["x"])}) for m in p.get("marks", [])],
                     }
                 )
                 for p in data.get("plots", [])

@@ -91,24 +91,34 @@ def bar_chart(comparison: Comparison) -> str:
 def _ticks(low: float, high: float, count: int = 4) -> list[float]:
     if high <= low:
         return [low]
-    return [low + (high - low) * i / count for i in range(count + 1)]
+    # weighted, not low + (high - low) * i / count: the span overflows near the float limit
+    return [low * (1 - i / count) + high * (i / count) for i in range(count + 1)]
+
+
+def _fraction(value: float, low: float, high: float) -> float:
+    """Where `value` lies from `low` (0) to `high` (1), for values anywhere in the float range."""
+    span = high / 2 - low / 2
+    return (value / 2 - low / 2) / span if span else 0.0
 
 
 def line_chart(plot: Plot) -> str:
-    points = [(x, y) for line in plot.lines for x, y in line.points if math.isfinite(x) and math.isfinite(y)]
+    finite = [[(x, y) for x, y in line.points if math.isfinite(x) and math.isfinite(y)] for line in plot.lines]
+    points = [point for line in finite for point in line]
     xs = [x for x, _ in points] + [m.x for m in plot.marks if math.isfinite(m.x)]
     if not xs:
         return ""
     left, right, top_pad, bottom, width, height = 70, 16, 12, 34, 520, 180
     x_low, x_high = min(xs), max(xs)
-    y_high = max((y for _, y in points), default=1.0) or 1.0
-    y_low = 0.0
+    ys = [y for _, y in points]
+    y_low, y_high = min([0.0, *ys]), max([0.0, *ys])  # the axis is at zero; values below it are drawn too
+    if y_high == y_low:
+        y_high = y_low + 1.0
 
     def px(x: float) -> float:
-        return left + (x - x_low) / ((x_high - x_low) or 1) * width
+        return left + _fraction(x, x_low, x_high) * width
 
     def py(y: float) -> float:
-        return top_pad + height - (y - y_low) / ((y_high - y_low) or 1) * height
+        return top_pad + height - _fraction(y, y_low, y_high) * height
 
     total_w, total_h = left + width + right, top_pad + height + bottom
     parts = [
@@ -134,9 +144,9 @@ def line_chart(plot: Plot) -> str:
             y = top_pad + 10 + 13 * (i % 2)
             label = escape(mark.label)
             parts.append(f'<text class="mark-label" x="{x + offset:.1f}" y="{y}" {side}>{label}</text>')
-    for i, line in enumerate(plot.lines):
+    for i, line in enumerate(finite):
         kind = _LINE_CLASSES[i % len(_LINE_CLASSES)]
-        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line.points if math.isfinite(x) and math.isfinite(y))
+        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line)
         if " " in coords:
             parts.append(f'<polyline class="line {kind}" points="{coords}"/>')
         elif coords:  # one step: a dot
@@ -148,11 +158,11 @@ def line_chart(plot: Plot) -> str:
         for i, line in enumerate(plot.lines)
     )
     rows = []
-    for line in plot.lines:
-        ys = [y for _, y in line.points]
-        if ys:
-            said = [human(y, plot.unit) for y in (ys[0], max(ys), ys[-1])]
-            rows.append([line.label, str(len(ys)), *said])
+    for line, kept in zip(plot.lines, finite, strict=True):
+        values = [y for _, y in kept]  # what is drawn is what the table says
+        if values:
+            said = [human(y, plot.unit) for y in (values[0], max(values), values[-1])]
+            rows.append([line.label, str(len(values)), *said])
     rows += [[f"mark: {m.label}", f"{plot.x_label} {m.x:g}", "", "", ""] for m in plot.marks]
     table = _text_table(["", "points", "first", "highest", "last"], rows)
     caption = f"<figcaption>{escape(plot.title)}</figcaption>"

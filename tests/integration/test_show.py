@@ -76,6 +76,11 @@ def test_every_file_of_a_fresh_report_is_reproduced(cli, tmp_path):
         (b"[1, 2", "is not JSON"),
         (b'{"schema": "other/1"}', "is not a dflashdoctor report"),
         (b'{"schema": "%s", "results": [{"probe": "p", "findings": [{"code": 1}]}]}' % SCHEMA.encode(), "damaged"),
+        (
+            b'{"schema": "%s", "results": [{"probe": "p", "plots": [{"title": "t", "unit": "bytes", "x_label": "s",'
+            b' "lines": [{"label": "l", "points": [["1", "x"], [1, 2, 3]]}]}]}]}' % SCHEMA.encode(),
+            "damaged",
+        ),
     ],
 )
 def test_anything_but_a_report_is_one_line_and_exit_2(tmp_path, content, message):

@@ -177,6 +177,25 @@ def test_charts_take_any_numbers_and_strings():
     assert human(1, "calls") == "1 call" and human(2, "calls") == "2 calls"
 
 
+def test_a_line_chart_keeps_every_coordinate_finite_and_inside_its_frame():
+    """Values near the float limit (whose span overflows), all negative, or all equal: every drawn
+    coordinate is a finite number inside the viewBox, and the text table says only what is drawn."""
+    import re
+
+    from dflashdoctor.render.svg import line_chart
+    from dflashdoctor.report import Line, Plot
+
+    cases = ([[0, 1e308], [1, 1.7e308]], [[0, -1e308], [1, 1.7e308]], [[0, -5.0], [1, -10.0]], [[0, 5.0], [1, 5.0]])
+    for points in cases:
+        svg = line_chart(Plot("p", "bytes", "step", [Line("a", [*points, [2, float("inf")]])]))
+        width, height = map(float, re.search(r'viewBox="0 0 (\S+) (\S+)"', svg).groups())
+        drawn = re.search(r'points="([^"]+)"', svg).group(1)
+        coords = [float(v) for pair in drawn.split() for v in pair.split(",")]
+        ticks = [float(v) for v in re.findall(r'<text x="[^"]+" y="([^"]+)"', svg)]
+        assert all(0 <= c <= max(width, height) for c in coords + ticks), (points, coords, ticks)
+        assert "inf" not in svg.split("<table")[0] and "nan" not in svg
+
+
 def test_the_summary_sentence_names_the_first_error_and_where():
     from dflashdoctor.render.common import summary_sentence
 
