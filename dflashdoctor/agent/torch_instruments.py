@@ -225,9 +225,8 @@ class TorchInstruments:
             self._write_steps(now)
         limit = self.settings.steps
         if limit is not None and self.steps >= limit:
-            self._write_steps(now)
             self.agent.ending = "steps-limit"
-            self.snapshot("steps-limit")
+            self.snapshot("steps-limit")  # a final snapshot: it writes the steps since the last record first
             self.log.write("exit", ending="steps-limit", event_write_failures=self.log.failures)
             for stream in (sys.stdout, sys.stderr):  # os._exit skips Python's own flush
                 stream.flush()
@@ -238,11 +237,12 @@ class TorchInstruments:
     def _write_steps(self, now: float) -> None:
         """One record for the steps since the last: the last step's number, how many it covers, the
         memory now, and the steps' wall times."""
-        if self.steps == self._recorded_steps:
-            return
-        covers, self._recorded_steps, self._last_step_record = self.steps - self._recorded_steps, self.steps, now
-        times, self._window = self._window.summary(), _StepWindow()
-        self.log.write("step", step=self.steps, covers=covers, memory=self._memory(), step_s=times)
+        with self._snapshot_lock:  # a final snapshot on another thread (an exception, SIGTERM) writes them too
+            if self.steps == self._recorded_steps:
+                return
+            covers, self._recorded_steps, self._last_step_record = self.steps - self._recorded_steps, self.steps, now
+            times, self._window = self._window.summary(), _StepWindow()
+            self.log.write("step", step=self.steps, covers=covers, memory=self._memory(), step_s=times)
 
     def _memory(self) -> dict[str, Any]:
         """Per device, from one allocator stats call each. `peak_bytes` is the allocator's running
