@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.render.svg import human
 from dflashdoctor.report import Report
 
 CHECK_MARKS = {"pass": "PASS", "fail": "FAIL", "warn": "WARN", "info": "INFO", "skip": "SKIP"}
@@ -43,8 +44,6 @@ def format_value(value: Any) -> str:
 def measurement_text(key: str, value: Any) -> str:
     """A measurement as a person reads it: bytes as GiB or MiB, seconds as s or ms (report.json keeps
     the raw number)."""
-    from dflashdoctor.render.svg import human
-
     if isinstance(value, int | float) and not isinstance(value, bool):
         if key == "bytes" or key.endswith("_bytes"):
             return human(float(value), "bytes")
