@@ -157,3 +157,23 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_undecodable_bytes_and_control_characters_reach_a_forked_probe_unchanged(tmp_path):
+    """The request travels as JSON: a script folder named with a non-UTF-8 byte and an escape
+    sequence, an environment value and an argument that are not UTF-8 all arrive byte for byte."""
+    folder = tmp_path / os.fsdecode(b"caf\xe9\x1b[31m")
+    folder.mkdir()
+    script = folder / "probe.py"
+    script.write_text(
+        "import os, sys\nsys.stdout.buffer.write(os.fsencode(os.environ['ODD']) + b'|' + os.fsencode(sys.argv[1]))\n"
+    )
+    env = {**probe_env(sys.executable), "ODD": os.fsdecode(b"v\xffx")}
+    host = ProbeHost.open(sys.executable, env)
+    assert host is not None
+    try:
+        child = host.start([str(script), os.fsdecode(b"a\xfeb")], env, folder / "out", folder / "err")
+        assert child is not None and child.wait(timeout=60) == 0
+        assert (folder / "out").read_bytes() == b"v\xffx|a\xfeb"
+    finally:
+        host.close()
