@@ -1,9 +1,11 @@
 """Wall time of `dflashdoctor gate` on the embedded default: cold and warm, probes at once.
 
 Baselines, measured in the same run: the same gate with `parallel = false` (the probes one after
-another, warm cache), and the floor any probe pays, a fresh interpreter importing torch (and, on a
-GPU machine, initialising CUDA). The issue's targets are absolute (H200: 60 s cold, 20 s warm; CPU:
-120 s); the ratios say what running the probes at once buys and how far above the floor it is.
+another, warm cache); the floor any probe pays, a fresh interpreter importing torch (and, on a
+GPU machine, initialising CUDA); and the compile floor, a fresh interpreter that compiles
+flex_attention once at check-compile's default shape and mask from the same warm cache and calls
+it (the least any check that proves a compile in a fresh process costs). The ratios say what
+running the probes at once buys and how far above each floor the gate is.
 
     python3 benchmarks/gate_time.py --repeats 3 [--keep DIR] [--package DIR] [--no-sequential]
 
@@ -29,6 +31,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT  # the folder whose dflashdoctor is timed (--package)
 FLOOR = "import torch\nif torch.cuda.is_available():\n    torch.zeros(1, device='cuda')\n"
+# os._exit: the gate's probes end so too (forked ones), without tearing down torch and Inductor.
+COMPILE_FLOOR = """import os
+import torch
+from torch.nn.attention.flex_attention import flex_attention
+from dflashdoctor.reference.masks import build_block_mask
+from dflashdoctor.shapes import default_shape
+device = "cuda" if torch.cuda.is_available() else "cpu"
+s = default_shape(device)
+dtype = getattr(torch, s.dtype)
+q = torch.randn(s.batch, s.heads, s.q_len, s.head_dim, device=device, dtype=dtype)
+k, v = (torch.randn(s.batch, s.kv_heads, s.kv_len, s.head_dim, device=device, dtype=dtype) for _ in "kv")
+mask = build_block_mask("dflash", s.q_len, s.kv_len, device, s.block_size)
+torch.compile(flex_attention)(q, k, v, block_mask=mask, enable_gqa=s.heads != s.kv_heads)
+os._exit(0)
+"""
 
 
 def _timed(argv: list[str], cache: Path, cwd: Path) -> float:
@@ -58,7 +75,13 @@ def main() -> None:
     global PACKAGE
     PACKAGE = args.package.resolve()
     print(f"dflashdoctor from {PACKAGE}")
-    runs: dict[str, list[float]] = {"cold": [], "warm": [], "warm, one after another": [], "floor": []}
+    runs: dict[str, list[float]] = {
+        "cold": [],
+        "warm": [],
+        "warm, one after another": [],
+        "floor": [],
+        "compile floor": [],
+    }
     with tempfile.TemporaryDirectory(prefix="dflashdoctor-gate-bench-") as tmp:
         work = Path(tmp)
         sequential = work / "sequential.toml"
@@ -72,6 +95,7 @@ def main() -> None:
                 if not args.no_sequential:
                     runs["warm, one after another"].append(_gate(work, cache, work / "sequential", sequential))
                 runs["floor"].append(_timed([sys.executable, "-c", FLOOR], cache, work))
+                runs["compile floor"].append(_timed([sys.executable, "-c", COMPILE_FLOOR], cache, work))
                 done = ", ".join(f"{k} {v[-1]:.1f} s" for k, v in runs.items() if v)
                 print(f"repeat {repeat}: {done}", flush=True)
         finally:
@@ -86,6 +110,9 @@ def main() -> None:
         print(f"warm at once / one after another: {medians['warm'] / medians['warm, one after another']:.2f}")
     print(f"warm / floor (one interpreter importing torch): {medians['warm'] / medians['floor']:.2f}")
     print(f"cold / floor: {medians['cold'] / medians['floor']:.2f}")
+    compiled = medians["warm"] / medians["compile floor"]
+    print(f"warm / compile floor (one interpreter compiling flex_attention once): {compiled:.2f}")
+    print(f"compile floor / floor: {medians['compile floor'] / medians['floor']:.2f}")
 
 
 def _sections(report: Path) -> None:

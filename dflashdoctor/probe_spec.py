@@ -28,6 +28,6 @@ class ProbeSpec:
     from_gate: Callable[[Any, str | None, str | None], Any] | None = None
     # packages whose absence there means the probe does not apply, and why
     skipped_without: dict[str, str] = field(default_factory=dict)
-    # run here by the gate, it is forked from the probe host (forkserver/): it imports torch and needs
-    # no environment of its own before that
+    # run here by the gate, it is forked from the probe host (forkserver/): it imports torch, and sets
+    # no environment variable that torch or triton would read at import (server.READ_WHEN_USED)
     forked_in_gate: bool = False

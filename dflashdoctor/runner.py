@@ -8,7 +8,6 @@ probe_support), then kill the group, so nothing it started outlives it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from dflashdoctor.forkserver.client import HostedChild, current_host
+from dflashdoctor.forkserver.server import READ_WHEN_USED
+from dflashdoctor.processes import kill_with_group
 from dflashdoctor.remote import SshTarget, run_remote
 
 _STACK_DUMP_GRACE_S = 2.0
@@ -185,7 +186,7 @@ def run_probe(
                 timed_out = True
                 _stop(child)
             except BaseException:  # the doctor interrupted (Ctrl-C, SIGTERM): its probe goes with it
-                _kill_group(child.pid)
+                kill_with_group(child.pid)
                 raise
             finally:
                 RUNNING.discard(child.pid)
@@ -219,7 +220,7 @@ class _Running:
         with self._lock:
             self._children.add(pid)
             if self.stopping:  # started as the doctor stops: it goes at once
-                _kill_group(pid)
+                kill_with_group(pid)
 
     def discard(self, pid: int) -> None:
         with self._lock:
@@ -229,25 +230,20 @@ class _Running:
         with self._lock:
             self.stopping = True
             for pid in self._children:
-                _kill_group(pid)
+                kill_with_group(pid)
 
 
 RUNNING = _Running()
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def _start(
     argv: list[str], python: str, env: dict[str, str], out: IO[bytes], err: IO[bytes], work: Path, *, forkable: bool
 ) -> subprocess.Popen[bytes] | HostedChild:
     """The probe's process: forked from the gate's probe host where the probe may be, one runs this
-    interpreter, and the probe needs no environment of its own (which torch, imported there already,
-    might read at import); else started afresh."""
-    host = current_host(python) if forkable and not env else None
-    child = host.start(argv[1:], probe_env(python), work / "stdout", work / "stderr") if host else None
+    interpreter, and the probe's own environment holds only variables read when used (what the
+    host imported might read others at import); else started afresh."""
+    host = current_host(python) if forkable and set(env) <= READ_WHEN_USED else None
+    child = host.start(argv[1:], {**probe_env(python), **env}, work / "stdout", work / "stderr") if host else None
     if child is None:
         child = subprocess.Popen(
             argv,
@@ -268,5 +264,5 @@ def _stop(child: subprocess.Popen[bytes] | HostedChild) -> None:
         child.wait(timeout=_STACK_DUMP_GRACE_S)
     except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
         pass
-    _kill_group(child.pid)
+    kill_with_group(child.pid)
     child.wait()

@@ -1,7 +1,8 @@
 """Probe: does the installed triton autotuner break when threads share it, and does the fix hold?
 
-Runs in its own process with TRITON_INTERPRET=1 for the stub kernel (set by the doctor, since the
-`triton.jit` decorator reads it at import). Observations:
+Runs in its own process (in the gate, one forked from the probe host) with TRITON_INTERPRET=1 for
+the stub kernel, set by the doctor: the `triton.jit` decorator reads it as it makes the kernel.
+Observations:
 - the static audit of the installed autotuner classes (per-call state on the shared instance);
 - a forced trial without a fix (the reproduction: the race shows whenever the installed autotuner
   has it), then, with a fix, a forced trial under that fix;

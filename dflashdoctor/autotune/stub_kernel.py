@@ -2,7 +2,7 @@
 
 The kernel is a vector add under `triton.autotune` with two configs, so every cold key is
 benchmarked, which is where the race lives. It runs in triton's interpreter (TRITON_INTERPRET=1,
-set by the caller before triton is imported: the `triton.jit` decorator reads it), on CPU tensors.
+set by the caller before the kernel is made: the `triton.jit` decorator reads it), on CPU tensors.
 The interpreter itself is not thread-safe, so launches and benchmark calls are serialized by one
 lock here; that lock is around the kernel body only, never around `Autotuner.run`, so the
 autotuner's own state stays as shared as it is on a GPU.
@@ -28,7 +28,7 @@ def _jit_kernel() -> Any:
     import triton.language as tl
 
     if not triton.knobs.runtime.interpret:
-        raise RuntimeError("the stub kernel needs TRITON_INTERPRET=1 set before triton is imported")
+        raise RuntimeError("the stub kernel needs TRITON_INTERPRET=1 set before it is made (triton.jit reads it then)")
 
     @triton.jit
     def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):

@@ -70,14 +70,16 @@ def _probe_reports(config: GateConfig, python: str | None, ssh: str | None) -> t
     the host did, for the report's environment."""
     forked = [name for name in config.probes if PROBES[name].forked_in_gate]
     interpreter = _local_python(python) if ssh is None and config.parallel and len(forked) > 1 else None
-    host = hosting(interpreter, probe_env(interpreter)) if interpreter else contextlib.nullcontext()
+    host = hosting(interpreter, probe_env(interpreter), config.device) if interpreter else contextlib.nullcontext()
     with host as opened, ThreadPoolExecutor(max_workers=len(config.probes) if config.parallel else 1) as pool:
-        futures = [
-            pool.submit(contextvars.copy_context().run, _probe, name, config, python, ssh) for name in config.probes
-        ]
         try:
+            futures = [
+                pool.submit(contextvars.copy_context().run, _probe, name, config, python, ssh) for name in config.probes
+            ]
             reports = [future.result() for future in futures]
-        except BaseException:  # stopped (SIGTERM, Ctrl-C): the probes still running in the pool's threads too
+        except BaseException:
+            # Stopped (SIGTERM, Ctrl-C), also before the last probe was asked for: the probes running in
+            # the pool's threads, and those they start from now on, go too (the pool waits for them).
             RUNNING.stop_all()
             raise
         return reports, opened.describe() if opened is not None else None

@@ -84,8 +84,8 @@ def race(options: RaceOptions, argv: list[str], budgets: Budgets | None = None) 
         python=python,
         timeout_s=options.timeout_s,
         budgets=budgets or Budgets(),
-        # The stub kernel runs in triton's interpreter, which `triton.jit` picks at import time; real
-        # kernels run in child processes that set it only where there is no GPU.
+        # The stub kernel runs in triton's interpreter, which `triton.jit` picks as it decorates the
+        # kernel; real kernels run in child processes that set it only where there is no GPU.
         env={"TRITON_INTERPRET": "1"} if options.kernel == "stub" else {},
         ssh=options.ssh,
     )
@@ -105,4 +105,5 @@ SPEC = ProbeSpec(
     script="race.py",
     from_gate=from_gate,
     skipped_without={"triton": "no triton autotuner to race"},
+    forked_in_gate=True,
 )

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
 
-from dflashdoctor.forkserver.server import WARM_MODULES
+from dflashdoctor.processes import kill_with_group
 
 _READY_TIMEOUT_S = 120.0
 _ANSWER_TIMEOUT_S = 10.0
@@ -64,13 +64,17 @@ class ProbeHost:
         self.alive = True
         self._checked = False  # whether its first line was read (on the first `start`)
         self.imported_s: float | None = None
+        self.imported: list[str] = []  # the modules it imported once for every probe
+        self.warmed: list[str] = []  # what it computed once for every probe, besides its imports
+        self.refused: str | None = None  # why it would not serve, in its own words
         self._reader = threading.Thread(target=self._read, name="dflashdoctor-probe-host", daemon=True)
 
     @classmethod
-    def open(cls, python: str, env: dict[str, str]) -> ProbeHost | None:
+    def open(cls, python: str, env: dict[str, str], device: str = "auto") -> ProbeHost | None:
         """A host that is importing, or None when it cannot be started (the probes run alone); whether
-        its imports worked is read when the first probe asks for it."""
-        argv = [python, "-m", "dflashdoctor.forkserver.server"]
+        its imports worked is read when the first probe asks for it. `device`: where the probes
+        compute (the gate's setting), which decides what the host computes for them beforehand."""
+        argv = [python, "-m", "dflashdoctor.forkserver.server", "--device", device]
         try:
             process = subprocess.Popen(
                 argv,
@@ -96,6 +100,10 @@ class ProbeHost:
         except ValueError:
             return False
         self.imported_s = hello.get("imported_s")
+        self.refused = str(hello.get("error") or "")[:300] or None
+        imported, warmed = hello.get("imported"), hello.get("warmed")
+        self.imported = [str(name) for name in imported] if isinstance(imported, list) else []
+        self.warmed = [str(name) for name in warmed] if isinstance(warmed, list) else []
         return bool(hello.get("ready"))
 
     def _read(self) -> None:
@@ -125,8 +133,7 @@ class ProbeHost:
                 event.set()
             for child in self._children.values():
                 if child.returncode is None:
-                    with contextlib.suppress(OSError):
-                        os.killpg(child.pid, signal.SIGKILL)
+                    kill_with_group(child.pid)
                     child.finished(-signal.SIGKILL)
 
     def start(self, argv: list[str], env: dict[str, str], stdout: Path, stderr: Path) -> HostedChild | None:
@@ -167,9 +174,11 @@ class ProbeHost:
         if not self._checked:
             return "not used: no probe could be forked from it"
         if not self.alive:
-            return "not used: the probe host did not start; every probe imported torch itself"
+            why = f" ({self.refused})" if self.refused else ""
+            return f"not used: the probe host did not start{why}; every probe imported torch itself"
+        warmed = f", {', '.join(self.warmed)} computed once" if self.warmed else ""
         return (
-            f"{', '.join(WARM_MODULES)} imported once in {self.imported_s} s; "
+            f"{', '.join(self.imported)} imported once in {self.imported_s} s{warmed}; "
             f"{len(self._children)} probes forked from it"
         )
 
@@ -196,10 +205,10 @@ def current_host(python: str) -> ProbeHost | None:
 
 
 @contextlib.contextmanager
-def hosting(python: str, env: dict[str, str]) -> Iterator[ProbeHost | None]:
+def hosting(python: str, env: dict[str, str], device: str = "auto") -> Iterator[ProbeHost | None]:
     """Within this block (and in threads started with its context), local probes of `python` are
     forked from one host. Where the host cannot start, probes run alone as before."""
-    host = ProbeHost.open(python, env)
+    host = ProbeHost.open(python, env, device)
     token = _current.set(host)
     try:
         yield host

@@ -5,6 +5,7 @@ with SIGKILL or SIGTERM takes the host and every probe it forked with it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -111,26 +112,32 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_the_doctor_stopped_takes_the_host_and_its_probes_with_it(tmp_path, sig):
-    """A gate whose check-compile hangs: once the host has forked its probes, the doctor is sent
-    `sig`; within seconds no process it started (host, forked probes) is left."""
+@pytest.mark.parametrize(
+    ("sig", "when"), [(signal.SIGKILL, "forked"), (signal.SIGTERM, "forked"), (signal.SIGTERM, "host")]
+)
+def test_the_doctor_stopped_takes_the_host_and_its_probes_with_it(tmp_path, sig, when):
+    """A gate whose check-compile hangs: once the host has forked a probe (or as soon as the host
+    runs, still importing: the probes are asked for after the doctor was told to stop), the doctor
+    is sent `sig`; within seconds no process it started (host, forked probes) is left."""
     target = f"{TARGETS / 'bad_inputs.py'}:hangs"
     (tmp_path / "dflashdoctor.toml").write_text(
         f'target = "{target}"\ndevice = "cpu"\ntimeout = 300\nprobes = ["env", "check-compile"]\n'
     )
+    mark = f"DFLASHDOCTOR_TEST_MARK={tmp_path.name}".encode()  # every process the doctor starts inherits it
     doctor = subprocess.Popen(
         [sys.executable, "-m", "dflashdoctor", "gate", "--report-dir", str(tmp_path / "report")],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "DFLASHDOCTOR_TEST_MARK": tmp_path.name},
     )
     started = time.monotonic()
     seen: set[int] = set()
     while time.monotonic() - started < 120:
         seen |= _children(doctor.pid)
         hosts = [p for p in seen if b"forkserver.server" in _cmdline(p) and _parent(p) == doctor.pid]
-        if hosts and len(_children(hosts[0])) >= 1:  # the hanging probe, forked
+        probes = [p for p in _children(hosts[0]) if _comm(p).startswith("probe-")] if hosts else []
+        if hosts and (when == "host" or probes):  # a forked probe, not the host's own helpers
             seen |= _children(hosts[0])
             break
         time.sleep(0.2)
@@ -140,9 +147,26 @@ def test_the_doctor_stopped_takes_the_host_and_its_probes_with_it(tmp_path, sig)
     doctor.send_signal(sig)
     assert doctor.wait(timeout=60) == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGKILL)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(_alive(p) for p in seen):
+    while time.monotonic() < deadline and (any(_alive(p) for p in seen) or _marked(mark)):
         time.sleep(0.2)
     assert not [p for p in seen if _alive(p)], [_cmdline(p) for p in seen if _alive(p)]
+    assert not _marked(mark), [_cmdline(p) for p in _marked(mark)]  # started later, orphaned: none either
+
+
+def _marked(mark: bytes) -> list[int]:
+    """Live processes whose environment holds `mark`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                entry.name.isdigit()
+                and mark in (entry / "environ").read_bytes().split(b"\0")
+                and _alive(int(entry.name))
+            ):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
 def _parent(pid: int) -> int | None:
@@ -150,6 +174,13 @@ def _parent(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _cmdline(pid: int) -> bytes:
@@ -177,3 +208,68 @@ def test_undecodable_bytes_and_control_characters_reach_a_forked_probe_unchanged
         assert (folder / "out").read_bytes() == b"v\xffx|a\xfeb"
     finally:
         host.close()
+
+
+def _forked_output(tmp_path: Path, code: str, device: str, extra_env: dict[str, str] | None = None) -> str:
+    """What `code`, run as a probe forked from a host told `device`, prints."""
+    script = tmp_path / "probe.py"
+    script.write_text(code)
+    env = {**probe_env(sys.executable), **(extra_env or {})}
+    host = ProbeHost.open(sys.executable, probe_env(sys.executable), device)
+    assert host is not None
+    try:
+        child = host.start([str(script)], env, tmp_path / "out", tmp_path / "err")
+        assert child is not None and child.wait(timeout=120) == 0, (tmp_path / "err").read_text()[-2000:]
+        return (tmp_path / "out").read_text()
+    finally:
+        host.close()
+
+
+def test_a_probe_that_sets_triton_interpret_is_forked_and_gets_the_interpreter(tmp_path):
+    """READ_WHEN_USED holds: the host imported triton (with torch's Inductor) before the probe set
+    TRITON_INTERPRET, and the kernel the probe then makes still runs in triton's interpreter, as
+    the race's stub needs. Without the variable, the same host makes a compiled kernel."""
+    pytest.importorskip("triton")
+    code = (
+        "import sys\nwas_imported = 'triton' in sys.modules\nimport triton\n"
+        "@triton.jit\ndef kernel(x):\n    pass\n"
+        "print(was_imported, type(kernel).__name__)\n"
+    )
+    assert _forked_output(tmp_path, code, "cpu", {"TRITON_INTERPRET": "1"}) == "True InterpretedFunction\n"
+    assert _forked_output(tmp_path, code, "cpu") == "True JITFunction\n"
+
+
+@pytest.mark.parametrize(("device", "cached"), [("cpu", 1), ("cuda", 0)])
+def test_a_probe_forked_for_the_cpu_finds_the_vector_isa_check_done(tmp_path, device, cached):
+    """Told the probes compile for the CPU, the host runs Inductor's vector-instruction check (a
+    child interpreter per candidate) once, and each forked probe finds its answer cached; told
+    CUDA, it leaves that to whichever probe compiles for the CPU."""
+    code = (
+        "from torch._inductor.cpu_vec_isa import valid_vec_isa_list\nprint(valid_vec_isa_list.cache_info().currsize)\n"
+    )
+    assert _forked_output(tmp_path, code, device) == f"{cached}\n"
+
+
+def test_a_line_that_is_not_a_request_is_skipped_and_the_host_serves_on(tmp_path):
+    """Only the doctor writes to the host; a line it did not mean (empty, not JSON) forks nothing
+    and does not end the host."""
+    script = tmp_path / "probe.py"
+    script.write_text("print('served')\n")
+    request = {"id": 0, "argv": [str(script)], "env": probe_env(sys.executable)}
+    request |= {"stdout": str(tmp_path / "out"), "stderr": str(tmp_path / "err")}
+    host = subprocess.Popen(
+        [sys.executable, "-m", "dflashdoctor.forkserver.server", "--device", "cuda"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=probe_env(sys.executable),
+    )
+    try:
+        assert json.loads(host.stdout.readline())["ready"] is True
+        host.stdin.write(b"\nnot json\n" + json.dumps(request).encode() + b"\n")
+        host.stdin.flush()
+        answer, end = json.loads(host.stdout.readline()), json.loads(host.stdout.readline())
+        assert answer["id"] == 0 and end == {"pid": answer["pid"], "returncode": 0}
+    finally:
+        host.stdin.close()
+        assert host.wait(timeout=60) == 0
+    assert (tmp_path / "out").read_text() == "served\n"
