@@ -1,18 +1,19 @@
-"""The probe host: one interpreter that imports torch, dynamo and Inductor once, then forks a probe
-for each request, so that the gate's probes do not each spend seconds of CPU importing them.
+"""The probe host: one interpreter that imports torch and dynamo (and, for CPU compiles, Inductor)
+once, then forks a probe for each request, so that the gate's probes do not each spend seconds of
+CPU importing them.
 
     python -m dflashdoctor.forkserver.server [--device auto|cpu|cuda]
 
 Probed side (standard library; torch is only imported). Protocol, one JSON object per line: the host
-says {"ready": true, "imported": [...], "imported_s": ..., "warmed": [...]} once its imports are done (or {"ready":
-false, "error": ...} and exits); each request on stdin, {"id", "argv", "env", "stdout", "stderr"}, is answered with
-{"id", "pid"} once forked, and every child's end with {"pid", "returncode"} (negative: the signal).
-The host never initialises CUDA (and refuses to serve if its imports loaded the CUDA driver), so
-a fork is safe as a DataLoader worker's is; each child starts its own session (its pid is its
-process group, which the doctor signals and kills as it would a probe it started itself), takes
-the request's environment, and runs the probe script as `python SCRIPT ARGS` would. At the end of
-its stdin (the doctor exited, or was killed) the host kills every child it still has and exits:
-nothing outlives the doctor.
+says {"ready": true, "imported": [...], "imported_s": ..., "warmed": [...], "warm_s": ...} once its
+imports are done (or {"ready": false, "error": ...} and exits); each request on stdin, {"id",
+"argv", "env", "stdout", "stderr"}, is answered with {"id", "pid"} once forked, and every child's end
+with {"pid", "returncode"} (negative: the signal). The host never initialises CUDA (and refuses to
+serve if its imports initialised the driver), so a fork is safe as a DataLoader worker's is; each
+child starts its own session (its pid is its process group, which the doctor signals and kills as
+it would a probe it started itself), takes the request's environment, and runs the probe script as
+`python SCRIPT ARGS` would. At the end of its stdin (the doctor exited, or was killed) the host
+kills every child it still has and exits: nothing outlives the doctor.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ def _serve() -> None:
             try:
                 request = json.loads(line)
             except ValueError:  # only the doctor writes here; a line it did not mean is not a probe
+                continue
+            if not isinstance(request, dict) or not {"id", "argv", "env", "stdout", "stderr"} <= request.keys():
                 continue
             pid = os.fork()
             if pid == 0:

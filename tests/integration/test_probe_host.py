@@ -251,8 +251,8 @@ def test_a_probe_forked_for_the_cpu_finds_the_vector_isa_check_done(tmp_path, de
 
 
 def test_a_line_that_is_not_a_request_is_skipped_and_the_host_serves_on(tmp_path):
-    """Only the doctor writes to the host; a line it did not mean (empty, not JSON) forks nothing
-    and does not end the host."""
+    """Only the doctor writes to the host; a line it did not mean (empty, not JSON, not a request)
+    forks nothing and does not end the host."""
     script = tmp_path / "probe.py"
     script.write_text("print('served')\n")
     request = {"id": 0, "argv": [str(script)], "env": probe_env(sys.executable)}
@@ -265,7 +265,7 @@ def test_a_line_that_is_not_a_request_is_skipped_and_the_host_serves_on(tmp_path
     )
     try:
         assert json.loads(host.stdout.readline())["ready"] is True
-        host.stdin.write(b"\nnot json\n" + json.dumps(request).encode() + b"\n")
+        host.stdin.write(b"\nnot json\n[1]\n{}\n" + json.dumps(request).encode() + b"\n")
         host.stdin.flush()
         answer, end = json.loads(host.stdout.readline()), json.loads(host.stdout.readline())
         assert answer["id"] == 0 and end == {"pid": answer["pid"], "returncode": 0}
