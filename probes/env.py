@@ -56,36 +56,52 @@ def _smi(query: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.split(",")] for line in done.stdout.strip().splitlines() if line.strip()]
 
 
-def _driver() -> str | None:
-    rows = _smi("driver_version")
-    return rows[0][0] if rows and rows[0] else None
+_SMI_FIELDS = "index,name,compute_cap,memory.total,driver_version"
+Gpus = list[dict[str, Any]]
 
 
-def _gpus_from_smi() -> list[dict[str, Any]] | None:
-    """The GPUs as the driver lists them, without a CUDA context: initialising CUDA here took seconds
-    of every gate on an H200, beside the probes that need it. None: ask torch instead."""
-    rows = _smi("index,name,compute_cap,memory.total")
+def _smi_gpus() -> tuple[Gpus | None, str | None]:
+    """The GPUs as the driver lists them (in PCI bus order), without a CUDA context: initialising
+    CUDA here took seconds of every gate on an H200, beside the probes that need it; and the
+    driver's version. One nvidia-smi call; a second only for a driver too old for compute_cap.
+    GPUs None: ask torch instead."""
+    rows = _smi(_SMI_FIELDS)
     try:
-        return [
+        gpus = [
             {"index": int(index), "name": name, "capability": cap, "memory_bytes": int(float(mib) * 2**20)}
-            for index, name, cap, mib in rows
-        ] or None
-    except ValueError:  # an older driver without compute_cap, or another layout
+            for index, name, cap, mib, _driver in rows
+        ]
+    except ValueError:  # another layout
+        gpus = []
+    if rows and gpus:
+        return gpus, rows[0][-1]
+    driver_only = _smi("driver_version")
+    return None, (driver_only[0][0] if driver_only and driver_only[0] else None)
+
+
+def gpus_in_cuda_order(listed: Gpus | None, count: int, environ: dict[str, str]) -> Gpus | None:
+    """nvidia-smi's list where it names the GPUs by their CUDA index, else None. nvidia-smi counts
+    in PCI bus order, CUDA fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID: on a machine whose GPUs
+    differ, the two orders can disagree, so the list is taken only where the orders agree or every
+    GPU is alike; CUDA_VISIBLE_DEVICES renumbers them, so not with it."""
+    if listed is None or len(listed) != count or environ.get("CUDA_VISIBLE_DEVICES") is not None:
         return None
+    alike = len({(g["name"], g["capability"], g["memory_bytes"]) for g in listed}) == 1
+    return listed if alike or environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" else None
 
 
-def _torch() -> dict[str, Any]:
+def _torch(listed: Gpus | None) -> dict[str, Any]:
     started = time.perf_counter()
     import torch
 
     import_s = time.perf_counter() - started
 
     gpus = []
-    listed = _gpus_from_smi() if torch.cuda.is_available() else None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None and visible is None and len(listed) == torch.cuda.device_count():
-        gpus = listed
-    elif torch.cuda.is_available():
+    available = torch.cuda.is_available()
+    in_order = gpus_in_cuda_order(listed, torch.cuda.device_count(), dict(os.environ)) if available else None
+    if in_order is not None:
+        gpus = in_order
+    elif available:
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
             gpus.append(
@@ -144,17 +160,18 @@ def _cache_roots() -> list[dict[str, Any]]:
 
 
 def run(_config: dict[str, Any]) -> dict[str, Any]:  # env takes no options
+    listed, driver = _smi_gpus()
     return {
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "platform": platform.platform(),
         "packages": {name: _version(name) for name in _PACKAGES},
-        "driver": _driver(),
+        "driver": driver,
         "variables": {k: v for k, v in sorted(os.environ.items()) if k.startswith(VARIABLE_PREFIXES)},
         "cache_roots": _cache_roots(),
         # before torch is imported: nothing written by this probe's own imports is counted
         "bytecode": interpreter_bytecode() | {"packages": [p for p in map(package_bytecode, _BYTECODE_PACKAGES) if p]},
-        **_torch(),
+        **_torch(listed),
         "fla": fla_state(),  # after torch: fla.utils imports it and triton
     }
 
