@@ -5,7 +5,8 @@ Probed side, standard library only. The doctor starts a probe as
 atomically, so a probe that dies mid-write leaves no half document for the doctor to misread.
 A probe signals bad input by raising `UsageError`: the doctor turns it into one line and exit 2.
 SIGUSR1 makes the probe print every thread's stack to stderr, which the doctor asks for before
-killing a probe that ran past its timeout.
+killing a probe that ran past its timeout. A probe whose parent (the doctor, or the gate's probe
+host) dies, even by SIGKILL, kills itself and its process group within a second or so.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -68,12 +71,44 @@ def write_json_atomically(path: str, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+_PARENT_POLL_S = 1.0
+# The pid of the process that started the probe (the doctor, or the gate's probe host), set by it:
+# a parent that died before the probe got this far (importing torch takes seconds) is still seen.
+PARENT_VARIABLE = "DFLASHDOCTOR_PROBE_PARENT"
+
+
+def _expected_parent() -> int:
+    """Who started this probe; taken out of the environment, so that what the probe starts in turn
+    (its own helpers) does not mistake it for theirs."""
+    given = os.environ.pop(PARENT_VARIABLE, "")
+    return int(given) if given.isdigit() else os.getppid()
+
+
+def _die_with_parent() -> None:
+    """A doctor killed with SIGKILL cannot stop its probes, and a probe left running holds a GPU, a
+    compile's CPUs or a hang for as long as its own work lasts. So a probe watches its parent: once
+    it is reparented (its parent gone), it kills itself and, where it leads its process group (as
+    every probe the doctor starts does), everything in that group."""
+    parent = _expected_parent()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_S)
+        pid = os.getpid()
+        if os.getpgid(0) == pid:
+            os.killpg(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="dflashdoctor-parent-watch", daemon=True).start()
+
+
 def probe_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """Entry point of a probe script: parse argv, run, write the result or the usage error."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    _die_with_parent()
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     with open(args.config, encoding="utf-8") as handle:

@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from dflashdoctor.forkserver.client import HostedChild, current_host
 from dflashdoctor.forkserver.server import READ_WHEN_USED
+from dflashdoctor.probe_support import PARENT_VARIABLE
 from dflashdoctor.processes import kill_with_group
 from dflashdoctor.remote import SshTarget, run_remote
 
@@ -250,7 +251,7 @@ def _start(
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,
-            env={**probe_env(python), **env},
+            env={**probe_env(python), **env, PARENT_VARIABLE: str(os.getpid())},  # it dies with this doctor
             start_new_session=True,
         )
     RUNNING.add(child.pid)

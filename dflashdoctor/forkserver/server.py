@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.probe_support import PARENT_VARIABLE
 from dflashdoctor.processes import kill_with_group
 
 WARM_MODULES = ("torch", "torch._dynamo", "torch._inductor.compile_fx")
@@ -75,8 +76,8 @@ def _say(message: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _child(request: dict[str, Any]) -> None:
-    """In the forked child: become the probe. Never returns."""
+def _child(request: dict[str, Any], host: int) -> None:
+    """In the forked child of `host`: become the probe. Never returns."""
     code = 1
     try:
         os.setsid()
@@ -90,6 +91,7 @@ def _child(request: dict[str, Any]) -> None:
             os.close(opened)
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ[PARENT_VARIABLE] = str(host)  # the probe dies with the host, which dies with the doctor
         script = request["argv"][0]
         with contextlib.suppress(OSError):  # named as its probe in ps and top, not as the host
             Path("/proc/self/comm").write_text(f"probe-{Path(script).stem}"[:15])
@@ -147,9 +149,10 @@ def _serve() -> None:
                 continue
             if not isinstance(request, dict) or not {"id", "argv", "env", "stdout", "stderr"} <= request.keys():
                 continue
+            host = os.getpid()
             pid = os.fork()
             if pid == 0:
-                _child(request)
+                _child(request, host)
             children.add(pid)
             _say({"id": request["id"], "pid": pid})
 

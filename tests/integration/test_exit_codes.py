@@ -384,6 +384,21 @@ def test_a_probe_stopped_by_sigterm_goes_with_the_doctor(tmp_path):
         _wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout_s=30)
 
 
+def test_a_probe_outlives_no_doctor_killed_with_sigkill(tmp_path):
+    """SIGKILL leaves the doctor no say; the probe notices its parent is gone and kills itself and
+    its process group (probe_support): nothing of the command is left running."""
+    import signal
+
+    hangs = f"{TARGETS / 'bad_inputs.py'}:hangs"  # the probe would run to its 600 s timeout
+    child = _started(["check-compile", hangs, "--timeout", "600", "--report-dir", str(tmp_path / "report")], tmp_path)
+    _wait_for(lambda: _probe_pids(child.pid) != [])
+    probes = _probe_pids(child.pid)
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=60)
+    for pid in probes:
+        _wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout_s=30)
+
+
 def _parent(pid: int) -> int | None:
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
