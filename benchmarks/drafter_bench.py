@@ -53,6 +53,29 @@ def ratio_interval(plain: list[float], other: list[float], rounds: int = 2000) -
     return ratios[int(0.025 * rounds)], ratios[int(0.975 * rounds) - 1]
 
 
+def abba(timed: Callable[[str], float], other: str, repeats: int) -> dict[str, list[float]]:
+    """`timed(mode)` samples of "plain" and `other`, each repeat in the order plain, other, other,
+    plain, so that drift in clocks or load hits both modes alike."""
+    times: dict[str, list[float]] = {"plain": [], other: []}
+    for _ in range(repeats):
+        for mode in ("plain", other, other, "plain"):
+            times[mode].append(timed(mode))
+    return times
+
+
+def print_ratio(times: dict[str, list[float]], other: str, label: str) -> None:
+    """The medians per step of "plain" and `other` (headed `label`), their ratio with its 95%
+    interval, then every sample."""
+    plain_ms, other_ms = (statistics.median(times[k]) * 1e3 for k in ("plain", other))
+    low, high = ratio_interval(times["plain"], times[other])
+    heading = f"{label} ms/step"
+    width = len(heading) + 1
+    print(f"{'plain ms/step':>14} {heading:>{width}} {'ratio':>6} {'95% interval':>16}")
+    print(f"{plain_ms:14.3f} {other_ms:{width}.3f} {other_ms / plain_ms:6.3f}   [{low:.3f}, {high:.3f}]")
+    for name in ("plain", other):
+        print(f"  {name}: " + ", ".join(f"{t * 1e3:.3f}" for t in times[name]))
+
+
 def use(drafter: torch.nn.Module, wrapper: Callable[..., torch.Tensor]) -> None:
     """Every layer calls `wrapper` for its attention."""
     for layer in drafter.layers:

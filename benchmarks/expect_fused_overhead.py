@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from drafter_bench import describe, drafter_options, drafter_step, ratio_interval, seconds_per_step, use
+from drafter_bench import abba, describe, drafter_options, drafter_step, print_ratio, seconds_per_step, use
 from torch.nn.attention.flex_attention import flex_attention
 
 from dflashdoctor.testing import expect_fused, record
@@ -47,10 +47,9 @@ def main() -> None:
     if warm.dense_events:
         raise SystemExit(f"the benchmark step ran {len(warm.dense_events)} dense flex kernels: not a fused step")
 
-    times: dict[str, list[float]] = {"plain": [], "checked": []}
-    for _ in range(args.repeats):
-        for mode in ("plain", "checked", "checked", "plain"):  # ABBA: drift hits both modes alike
-            times[mode].append(_per_step(step, args.steps, args.device, checked=mode == "checked"))
+    times = abba(
+        lambda mode: _per_step(step, args.steps, args.device, checked=mode == "checked"), "checked", args.repeats
+    )
     empty = []
     for _ in range(5):
         started = time.perf_counter()
@@ -59,15 +58,10 @@ def main() -> None:
                 pass
         empty.append((time.perf_counter() - started) / 1000)
 
-    plain_ms, checked_ms = (statistics.median(times[k]) * 1e3 for k in ("plain", "checked"))
-    low, high = ratio_interval(times["plain"], times["checked"])
     print(describe(args, config))
     print(f"{args.repeats} repeats x 2 samples x {args.steps} steps per mode; one expect_fused() block per step")
-    print(f"{'plain ms/step':>14} {'checked ms/step':>16} {'ratio':>6} {'95% interval':>16}")
-    print(f"{plain_ms:14.3f} {checked_ms:16.3f} {checked_ms / plain_ms:6.3f}   [{low:.3f}, {high:.3f}]")
     print(f"an empty expect_fused() block: {statistics.median(empty) * 1e6:.1f} us (median of 5 x 1000)")
-    for name in ("plain", "checked"):
-        print(f"  {name}: " + ", ".join(f"{t * 1e3:.3f}" for t in times[name]))
+    print_ratio(times, "checked", "checked")
 
 
 if __name__ == "__main__":

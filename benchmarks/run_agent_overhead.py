@@ -24,14 +24,13 @@ ratio, and a 95% bootstrap interval of it.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import tempfile
 from collections.abc import Iterator
 
 import torch
 import torch.nn.attention.flex_attention as flex_module
 import torch.optim.optimizer as optimizer_module
-from drafter_bench import describe, drafter_options, drafter_step, ratio_interval, seconds_per_step, use
+from drafter_bench import abba, describe, drafter_options, drafter_step, print_ratio, seconds_per_step, use
 
 from dflashdoctor.agent.config import RunSettings
 from dflashdoctor.agent.process import ProcessAgent
@@ -89,23 +88,15 @@ def main() -> None:
             with suspended(instruments) if mode == "plain" else contextlib.nullcontext():
                 return seconds_per_step(step, args.steps, args.device)
 
-        times: dict[str, list[float]] = {"plain": [], "instrumented": []}
-        for _ in range(args.repeats):
-            for mode in ("plain", "instrumented", "instrumented", "plain"):  # ABBA: drift hits both alike
-                times[mode].append(timed(mode))
+        times = abba(timed, "instrumented", args.repeats)
         if instruments.dense_seen:
             raise SystemExit(f"the benchmark step ran {instruments.dense_seen} dense flex kernels: not a fused step")
         settle = _SETTLE_STEPS if args.device == "cuda" else 3
         if instruments.steps != settle + 2 * args.repeats * args.steps:  # each mode ran what it says
             raise SystemExit(f"the agent saw {instruments.steps} optimizer steps, not only the instrumented ones")
-    plain_ms, run_ms = (statistics.median(times[k]) * 1e3 for k in ("plain", "instrumented"))
-    low, high = ratio_interval(times["plain"], times["instrumented"])
     print(describe(args, config) + f", path {args.path}, AdamW")
     print(f"{args.repeats} repeats x 2 samples x {args.steps} steps per mode, after {settle} instrumented steps")
-    print(f"{'plain ms/step':>14} {'run ms/step':>12} {'ratio':>6} {'95% interval':>16}")
-    print(f"{plain_ms:14.3f} {run_ms:12.3f} {run_ms / plain_ms:6.3f}   [{low:.3f}, {high:.3f}]")
-    for name in ("plain", "instrumented"):
-        print(f"  {name}: " + ", ".join(f"{t * 1e3:.3f}" for t in times[name]))
+    print_ratio(times, "instrumented", "run")
 
 
 if __name__ == "__main__":

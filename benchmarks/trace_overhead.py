@@ -23,11 +23,10 @@ recorder's wrapper.
 
 from __future__ import annotations
 
-import statistics
 from contextlib import ExitStack
 
 import torch
-from drafter_bench import describe, drafter_options, drafter_step, ratio_interval, seconds_per_step, use
+from drafter_bench import abba, describe, drafter_options, drafter_step, print_ratio, seconds_per_step, use
 from torch.nn.attention.flex_attention import flex_attention
 
 from dflashdoctor.hooks.flex_calls import FlexCallRecorder
@@ -69,22 +68,14 @@ def main() -> None:
                 use(drafter, traced if mode == "traced" else plain)
             return seconds_per_step(step, args.steps, args.device)
 
-    times: dict[str, list[float]] = {"plain": [], "traced": []}
-    for _ in range(args.repeats):
-        for mode in ("plain", "traced", "traced", "plain"):  # ABBA: drift hits both modes alike
-            times[mode].append(timed(mode))
+    times = abba(timed, "traced", args.repeats)
     if dense.events:
         raise SystemExit(f"the benchmark step ran {len(dense.events)} dense flex kernels: not a fused step")
-    plain_ms, traced_ms = (statistics.median(times[k]) * 1e3 for k in ("plain", "traced"))
     calls = sum(site.calls for site in recorder.sites.values()) + sum(s.calls for s in interface.sites.values())
-    low, high = ratio_interval(times["plain"], times["traced"])
     print(describe(args, config) + f", path {args.path}")
     samples = f"{args.repeats} repeats x 2 samples x {args.steps} steps per mode"
     print(f"{samples}; {calls} attention calls recorded while traced")
-    print(f"{'plain ms/step':>14} {'traced ms/step':>15} {'ratio':>6} {'95% interval':>16}")
-    print(f"{plain_ms:14.3f} {traced_ms:15.3f} {traced_ms / plain_ms:6.3f}   [{low:.3f}, {high:.3f}]")
-    for name in ("plain", "traced"):
-        print(f"  {name}: " + ", ".join(f"{t * 1e3:.3f}" for t in times[name]))
+    print_ratio(times, "traced", "traced")
 
 
 if __name__ == "__main__":
