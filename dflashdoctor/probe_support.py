@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dflashdoctor.errors import BadInput, MissingPackage
+from dflashdoctor.processes import pid_alive
 
 
 class UsageError(BadInput):
@@ -79,9 +80,14 @@ PARENT_VARIABLE = "DFLASHDOCTOR_PROBE_PARENT"
 
 def _expected_parent() -> int:
     """Who started this probe; taken out of the environment, so that what the probe starts in turn
-    (its own helpers) does not mistake it for theirs."""
+    (its own helpers) does not mistake it for theirs. A value that names a live process other than
+    the parent (one left in a user's environment, or garbage) is not believed: only a parent that
+    is gone can differ from the one given."""
     given = os.environ.pop(PARENT_VARIABLE, "")
-    return int(given) if given.isdigit() else os.getppid()
+    parent = os.getppid()
+    if not given.isdigit() or int(given) in (0, parent) or pid_alive(int(given)):
+        return parent
+    return int(given)
 
 
 def _die_with_parent() -> None:
