@@ -243,6 +243,7 @@ def _trace_script(config: dict[str, Any], dense: DenseFlexRecorder, namer: Modul
         "error": error,
         "sites": [site.to_dict() for site in hf.sites.values()],
         "flex_sites": [site.to_dict() for site in flex.sites.values()],
+        "compile_calls": flex.compile_calls,
         "hook_unavailable": hf.unavailable,
     }
 
@@ -285,6 +286,7 @@ def _trace_drafter(config: dict[str, Any], device: str, dense: DenseFlexRecorder
         "context_len": context_len,
         "sites": [site.to_dict() for site in hf.sites.values()] if hf is not None else [],
         "flex_sites": [site.to_dict() for site in flex.sites.values()],
+        "compile_calls": flex.compile_calls,
         "hook_unavailable": hf.unavailable if hf is not None else None,
     }
 
@@ -295,8 +297,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         problem = unbound_problem(config["expect_wrapper"])
         if problem:
             raise UsageError(f"--expect-wrapper {config['expect_wrapper']}: {problem}")
-    dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__), measure_memory=True)
     namer = ModuleNamer()
+    dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__), measure_memory=True, namer=namer)
     observations: dict[str, Any] = {
         "device": device,
         "torch": torch.__version__,

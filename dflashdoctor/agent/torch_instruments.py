@@ -81,7 +81,9 @@ class TorchInstruments:
         self.settings = agent.settings
         self.namer = ModuleNamer()
         # skip_files: never name a frame of dflashdoctor itself as a call site
-        self.dense = DenseFlexRecorder(skip_files=(PACKAGE_DIR,), on_event=self._dense_event, max_events=2000)
+        self.dense = DenseFlexRecorder(
+            skip_files=(PACKAGE_DIR,), on_event=self._dense_event, max_events=2000, namer=self.namer
+        )
         self.flex: Any = None
         self.hf: Any = None
         self.guard: Any = None
@@ -319,6 +321,7 @@ class TorchInstruments:
                 "error": None,
                 "sites": [s.to_dict() for s in list(self.hf.sites.values())] if self.hf is not None else [],
                 "flex_sites": [s.to_dict() for s in list(self.flex.sites.values())] if self.flex is not None else [],
+                "compile_calls": list(self.flex.compile_calls) if self.flex is not None else [],
                 "hook_unavailable": self.hf.unavailable if self.hf is not None else None,
             },
             "compiles": list(watch.records) if watch is not None else [],

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import linecache
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
@@ -32,13 +35,26 @@ from dflashdoctor.hooks.call_stats import CallStats
 from dflashdoctor.hooks.compiled_calls import comptime, traced_call, traced_tensor
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
+from dflashdoctor.hooks.rebinding import rebinding
 
 _FLEX_MODULE = "torch.nn.attention.flex_attention"
+_COMPILE_ARGUMENT = re.compile(r"\bcompile\(\s*([\w.\[\]]+)\s*[,)]")
+_COMPILE_CALLS_KEPT = 64
 
 
 def _in_transformers(file: str) -> bool:
     parts = os.path.normpath(file).split(os.sep)
     return "transformers" in parts and "site-packages" in parts
+
+
+def _compiled_name(file: str, line: int, target: Any, raw: Any) -> str:
+    """How the call site spelled what it compiled (`model`, `self.layer`), else what it is."""
+    match = _COMPILE_ARGUMENT.search(linecache.getline(file, line))
+    if match:
+        return match.group(1).strip()
+    if target is raw:
+        return "flex_attention"
+    return getattr(target, "__qualname__", None) or type(target).__name__
 
 
 def _prime_dynamo_tables() -> None:
@@ -74,6 +90,7 @@ class FlexSite(CallStats):
     wrapper_id: int | None = None  # id of the recording wrapper, to find the names it is bound to
     wrapper_names: list[str] = field(default_factory=list)  # "module:attr" bindings, filled at the end
     compiled_at: str | None = None  # file:line of the torch.compile call
+    rebound: dict[str, Any] | None = None  # a raw call through a name once bound to a compiled wrapper
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -95,6 +112,7 @@ class FlexCallRecorder:
         self.on_call = on_call
         self.sites: dict[tuple[str, int, int, str | None], FlexSite] = {}
         self._wrappers: dict[int, Callable[..., Any]] = {}
+        self.compile_calls: list[dict[str, Any]] = []  # the user's torch.compile calls, for causes
 
     def __enter__(self) -> FlexCallRecorder:
         _prime_dynamo_tables()
@@ -117,6 +135,7 @@ class FlexCallRecorder:
         target = self._raw if model is self._stand_in else model
         compiled = self._real_compile(target, **kwargs)
         caller = sys._getframe(1)
+        self._note_compile(caller, target, kwargs)
         if target is not self._raw or _in_transformers(caller.f_code.co_filename):
             return compiled  # transformers' own compiled flex is seen by the attention-interface recorder
         backend = kwargs.get("backend", "inductor")
@@ -125,6 +144,26 @@ class FlexCallRecorder:
             via="compiled wrapper",
             compiled_at=f"{caller.f_code.co_filename}:{caller.f_lineno}",
             backend=backend if isinstance(backend, str) else type(backend).__name__,
+        )
+
+    def _note_compile(self, caller: FrameType, target: Any, kwargs: dict[str, Any]) -> None:
+        """Keep the user's own `torch.compile` calls (not transformers' or torch's): a cause names the
+        line whose backend or `dynamic=False` made flex run dense."""
+        file = caller.f_code.co_filename
+        if _in_transformers(file) or os.path.abspath(file).startswith(self.dense.skip_prefixes):
+            return
+        if len(self.compile_calls) >= _COMPILE_CALLS_KEPT:
+            return
+        backend = kwargs.get("backend", "inductor")
+        dynamic = kwargs.get("dynamic")
+        self.compile_calls.append(
+            {
+                "file": file,
+                "line": caller.f_lineno,
+                "target": _compiled_name(file, caller.f_lineno, target, self._raw),
+                "backend": backend if isinstance(backend, str) else type(backend).__name__,
+                "dynamic": dynamic if isinstance(dynamic, bool) else None,
+            }
         )
 
     def _recording(self, fn: Callable[..., Any], via: str, **about: Any) -> Callable[..., Any]:
@@ -213,3 +252,5 @@ class FlexCallRecorder:
                     bindings.setdefault(id(value), []).append(f"{name}.{attr}")
         for site in self.sites.values():
             site.wrapper_names = bindings.get(site.wrapper_id or -1, [])
+            if site.via == "raw flex_attention":
+                site.rebound = rebinding(site.file, site.line)

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dflashdoctor.hooks.graph_nodes import GraphNode, resolve_module, running_node
 from dflashdoctor.observations import DenseEvent
 
 if TYPE_CHECKING:
@@ -166,6 +167,9 @@ class DenseFlexRecorder:
         # Per thread: the gradient hook and the backward kernel it announces run on the same autograd
         # thread (one per device), and data-parallel pairs backpropagate on several at once.
         self._backward_owner: dict[int, BackwardOwner] = {}
+        # A graph's layer path (`L['self'].layers.1.self_attn`, class) -> the name its forward
+        # resolved: a backward graph on the autograd thread has no frame to resolve it on.
+        self._graph_layers: dict[tuple[str, str], str] = {}
         self._saved: list[tuple[Any, Any, Callable[..., Any]]] = []
         self.skip_prefixes = (
             *_INSTRUMENTATION,
@@ -270,6 +274,9 @@ class DenseFlexRecorder:
         caller = sys._getframe(2)
         frames = _user_frames(caller, self.skip_prefixes)
         route, ctx = _read_stack(caller)
+        node = running_node(caller, _ROUTE_DEPTH)
+        if route is None and node is not None:  # AOTAutograd's graph calls the op itself, below flex_attention
+            route = "graph"
         event = DenseEvent(
             kind=kind,
             phase=self.phase,
@@ -282,7 +289,7 @@ class DenseFlexRecorder:
             stack=[f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in frames],
             thread=threading.current_thread().name,
             route=route,
-            layer=self.namer.calling_module(frames[0]) if self.namer is not None and frames else None,
+            layer=self._layer(node, frames),
         )
         if ctx is not None:
             self._link_through_ctx(ctx, event)
@@ -292,6 +299,23 @@ class DenseFlexRecorder:
             del self.events[:half]
             self.dropped += half
         return event
+
+    def _layer(self, node: GraphNode | None, frames: list[FrameType]) -> str | None:
+        """The module that made the call: the layer a running graph node was traced in, else the
+        innermost module whose forward is on the stack."""
+        if self.namer is None:
+            return None
+        named = self._graph_layer(node) if node is not None else None
+        if named is None and frames:
+            named = self.namer.calling_module(frames[0])
+        return named
+
+    def _graph_layer(self, node: GraphNode) -> str | None:
+        key = (node.module_path, node.module_class)
+        module = resolve_module(node.module_path, node.frame.f_back, _ROUTE_DEPTH, self.skip_prefixes)
+        if module is not None and self.namer is not None:
+            self._graph_layers[key] = self.namer.name(module, node.frame.f_back)
+        return self._graph_layers.get(key)
 
     @staticmethod
     def _link_through_ctx(ctx: Any, event: DenseEvent) -> None:

@@ -14,21 +14,11 @@ from typing import Any, Literal
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, count_text, size_text
-from dflashdoctor.judges.dynamo_causes import (
-    DENSE_BACKENDS,
-    DYNAMO_DISABLED,
-    NEVER_COMPILED,
-    UNKNOWN_CAUSE,
-    eager_backend_cause,
-    recompile_limit_cause,
-    recompile_limit_record,
-    skipped_frame_cause,
-    skipped_frame_record,
-)
+from dflashdoctor.judges.dense_cause import Cause, CompileCall, DenseCall, explain
 from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding
 from dflashdoctor.judges.tables import call_site_charts, call_site_table
-from dflashdoctor.observations import TraceAttentionObservations
-from dflashdoctor.report import ProbeResult, Where
+from dflashdoctor.observations import DenseEvent, TraceAttentionObservations
+from dflashdoctor.report import Finding, ProbeResult, Where
 
 _FLEX = "flex_attention"
 # How a call reached attention: through transformers' attention interface, a layer's own forward
@@ -93,6 +83,9 @@ def call_site(site: dict[str, Any]) -> dict[str, Any]:
     path: Path = "module-forward" if site["impl"] == "module-forward" else "transformers-interface"
     if path == "module-forward":
         via = f"module forward ({site['module_class']})"
+    elif flex and site.get("in_compiled_region"):
+        # inside a compiled region transformers hands the raw flex_attention to the region's graph
+        via = "transformers attention interface: flex_attention (raw, compiled by your region's backend)"
     elif flex:
         via = "transformers attention interface: flex_attention (HF's compiled singleton)"
     else:
@@ -118,26 +111,61 @@ def user_site(site: dict[str, Any]) -> dict[str, Any]:
         via = "raw flex_attention" + ("" if site.get("in_compiled_region") else " (not compiled)")
         verdict = "dense" if _ran_dense(site) else "fused"
     row = _row(site, origin=_origin(site["file"]), path=path, via=via, impl=_FLEX, verdict=verdict)
-    return {**row, "wrapper_names": site["wrapper_names"]}
+    return {**row, "wrapper_names": site["wrapper_names"], "compiled_at": site.get("compiled_at")} | (
+        {"rebound": site["rebound"]} if site.get("rebound") else {}
+    )
 
 
-def dense_cause(row: dict[str, Any], observations: TraceAttentionObservations) -> str:
-    """Why a flex site ran dense, from how it was called and what dynamo recorded."""
-    backend = row.get("backend")
+def _route(row: dict[str, Any], events: list[DenseEvent]) -> str | None:
+    """How the row's dense calls reached the kernel (flex_dense.ROUTES), from the events charged to it;
+    a raw call outside any compiled region is raw whatever its events say."""
     if row["path"] == "raw-flex" and not row["in_outer_region"]:
-        return NEVER_COMPILED
-    if backend in DENSE_BACKENDS:
-        return eager_backend_cause(backend)
-    if observations.dynamo_disabled:
-        return DYNAMO_DISABLED
-    compiles = observations.compiles
-    limit = recompile_limit_record(compiles)
-    if limit:
-        return recompile_limit_cause(limit)
-    skipped = skipped_frame_record(compiles)
-    if skipped:
-        return skipped_frame_cause(skipped)
-    return UNKNOWN_CAUSE
+        return "raw"
+    routes = Counter(e.route for e in events if e.route)
+    return routes.most_common(1)[0][0] if routes else None
+
+
+def _charged(event: DenseEvent, row: dict[str, Any]) -> bool:
+    """The event was charged to this row's site: by its forward call, or by its layer."""
+    site = event.forward_site or {}
+    if site and (site.get("file"), site.get("line"), site.get("module")) == (row["file"], row["line"], row["module"]):
+        return True
+    return event.layer is not None and event.layer == row["module"]
+
+
+_MERGED_KEYS = ("calls", "compiled_into_graphs", "dense_forward", "dense_backward")
+_MAX_KEYS = ("score_matrix_bytes", "dense_forward_peak_bytes", "dense_backward_peak_bytes")
+
+
+def merge_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per layer (or per line, for module-less calls) and path: a layer traced into an outer
+    graph and also called eagerly (after a fallback, or in another phase) is one row, with both counts."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = (
+            row["path"],
+            row["impl"],
+            row["module"] or f"{row['file']}:{row['line']}",
+            tuple(row.get("wrapper_names") or ()),
+        )
+        first = merged.get(key)
+        if first is None:
+            merged[key] = dict(row)
+            continue
+        for name in _MERGED_KEYS:
+            first[name] = (first.get(name) or 0) + (row.get(name) or 0)
+        for name in _MAX_KEYS:
+            values = [v for v in (first.get(name), row.get(name)) if v is not None]
+            first[name] = max(values) if values else None
+        if row["in_outer_region"] and not first["in_outer_region"]:
+            first.update(in_outer_region=True, backend=row["backend"], via=row["via"])
+        if first["in_outer_region"] and first["calls"]:
+            first["via"] = f"{first['via'].split(' and eagerly')[0]} and eagerly ({first['calls']} calls)"
+        if _ran_dense(first):
+            first["verdict"] = row["verdict"] if _ran_dense(row) else first["verdict"]
+            if first["verdict"] == "fused":
+                first["verdict"] = "dense despite compile"
+    return list(merged.values())
 
 
 def _memory_note(site: dict[str, Any], direction: str) -> str:
@@ -152,6 +180,13 @@ def _site_where(site: dict[str, Any]) -> Where:
     return Where(file=site["file"], line=site["line"], function=site["function"], module=site["module"])
 
 
+def _belongs_to(event: DenseEvent, row: dict[str, Any]) -> bool:
+    if event.layer is not None and row["module"] is not None:
+        return event.layer == row["module"]
+    frame = (f"{row['file']}:", f" in {row['function']}")
+    return event.kind == "forward" and any(s.startswith(frame[0]) and s.endswith(frame[1]) for s in event.stack)
+
+
 class TraceAttentionJudge(Judge):
     def __init__(self, observations: TraceAttentionObservations, budgets: Budgets) -> None:
         super().__init__("trace-attention", budgets)
@@ -164,30 +199,50 @@ class TraceAttentionJudge(Judge):
         self.sites += [user_site(s) for part in parts for s in part.get("flex_sites", [])]
         self.unclaimed = [e for e in observations.dense_events if not e.forward_site]
         self._claim_outer_region_events()
+        self.sites = merge_rows(self.sites)
         self._layers_from_the_tree()
+        self.compile_calls = CompileCall.read([c for part in parts for c in part.get("compile_calls", [])])
+        self.causes: dict[int, Cause] = {}
         for row in self.sites:
             if row["impl"] == _FLEX and _ran_dense(row):
-                row["cause"] = dense_cause(row, observations)
+                cause = self._cause(row)
+                self.causes[id(row)] = cause
+                row["cause"], row["cause_kind"] = cause.summary, cause.kind
+
+    def _cause(self, row: dict[str, Any]) -> Cause:
+        events = [e for e in self.observations.dense_events if _charged(e, row)]
+        call = DenseCall(
+            route=_route(row, events),
+            backend=row.get("backend"),
+            in_outer_region=row["in_outer_region"],
+            wrapper_backend=row.get("backend") if row["path"] == "compiled-wrapper" else None,
+            wrapper_compiled_at=row.get("compiled_at"),
+            rebound=row.get("rebound"),
+            known_file=row.get("file"),
+        )
+        return explain(
+            call, self.observations.compiles, self.compile_calls, dynamo_disabled=self.observations.dynamo_disabled
+        )
 
     def _claim_outer_region_events(self) -> None:
-        """Dense forward kernels run from inside an outer compiled graph belong to the site whose
-        file and function are on their stack (the graph runs in the user's frame)."""
+        """Dense kernels run from inside an outer compiled graph belong to the site of their layer
+        (the graph node's module, which the dense hook names), else to the site whose file and
+        function are on their stack (a graph of a module-less function runs in the user's frame).
+        Several layers share one line of code, so the stack alone would charge them all to one."""
         for row in self.sites:
             if not row["in_outer_region"]:
                 continue
-            frame = (f"{row['file']}:", f" in {row['function']}")
-            mine = [
-                e
-                for e in self.unclaimed
-                if e.kind == "forward" and any(s.startswith(frame[0]) and s.endswith(frame[1]) for s in e.stack)
-            ]
-            if mine:
-                row["dense_forward"] = len(mine)
-                row["score_matrix_bytes"] = max(e.score_matrix_bytes for e in mine)
-                peaks = [e.peak_bytes for e in mine if e.peak_bytes is not None]
-                row["dense_forward_peak_bytes"] = max(peaks) if peaks else None
+            mine = [e for e in self.unclaimed if _belongs_to(e, row)]
+            for direction in ("forward", "backward"):
+                events = [e for e in mine if e.kind == direction]
+                if not events:
+                    continue
+                row[f"dense_{direction}"] += len(events)
+                row["score_matrix_bytes"] = max(row["score_matrix_bytes"] or 0, *(e.score_matrix_bytes for e in events))
+                peaks = [e.peak_bytes for e in events if e.peak_bytes is not None]
+                row[f"dense_{direction}_peak_bytes"] = max(peaks) if peaks else row[f"dense_{direction}_peak_bytes"]
                 row["verdict"] = "dense despite compile"
-                self.unclaimed = [e for e in self.unclaimed if e not in mine]
+            self.unclaimed = [e for e in self.unclaimed if e not in mine]
 
     def judge(self) -> ProbeResult:
         self._instrumentation()
@@ -381,6 +436,8 @@ class TraceAttentionJudge(Judge):
     def _dense_site_findings(self, site: dict[str, Any]) -> None:
         """One finding per dense direction of a site, with its cause and what it cost."""
         name = site["module"] or site["function"]
+        cause = self.causes[id(site)]
+        called = "" if site["in_outer_region"] else "through "
         for direction in ("forward", "backward"):
             count = site[f"dense_{direction}"]
             if not count:
@@ -391,13 +448,12 @@ class TraceAttentionJudge(Judge):
                 finding(
                     f"dense-{direction}",
                     f"{name}: flex_attention {direction} ran the dense kernel ({times})",
-                    detail=f"Called through {site['via']}. Cause: {site['cause']}. {_memory_note(site, direction)} "
-                    f"Verdict: {site['verdict']}.",
+                    detail=f"Called {called}{site['via']}. Cause: {cause.summary}. {_memory_note(site, direction)} "
+                    f"Verdict: {site['verdict']}."
+                    + (f" The line to change: {cause.where.file}:{cause.where.line}." if cause.where else ""),
                     where=_site_where(site),
                     evidence=site,
-                    fix="Call flex_attention through a wrapper compiled once with the default (Inductor) backend; "
-                    "`dflashdoctor check-compile` on that wrapper proves it fused and names recompile-limit and "
-                    "skipped-frame causes.",
+                    fix=cause.fix,
                 )
             )
 
@@ -407,19 +463,7 @@ class TraceAttentionJudge(Judge):
             return
         hf = [s for s in flex if s["path"] == "transformers-interface"]
         if hf:
-            self.findings.append(
-                finding(
-                    "hf-internal-flex-path",
-                    f"{len(hf)} layers call flex_attention through transformers' own integration",
-                    detail="These calls go through transformers.integrations.flex_attention, which compiles "
-                    "flex_attention itself, not through a wrapper of yours: "
-                    + ", ".join(s["module"] for s in hf[:8])
-                    + (" ..." if len(hf) > 8 else ""),
-                    where=_site_where(hf[0]),
-                    evidence={"modules": [s["module"] for s in hf]},
-                    fix=_HF_FLEX_FIX,
-                )
-            )
+            self.findings.append(self._hf_path_note(hf))
         dense = [s for s in flex if _ran_dense(s)]
         for site in dense:
             self._dense_site_findings(site)
@@ -434,6 +478,36 @@ class TraceAttentionJudge(Judge):
             "dense-forward",
             "dense-backward",
             "hf-internal-flex-path",
+        )
+
+    @staticmethod
+    def _hf_path_note(hf: list[dict[str, Any]]) -> Finding:
+        """transformers compiles flex_attention itself only outside a compiled region: inside the
+        user's, it hands the raw function to the user's graph, whose backend decides."""
+        modules = list(dict.fromkeys(s["module"] for s in hf))
+        named = ", ".join(modules[:8]) + (" ..." if len(modules) > 8 else "")
+        inside = [s for s in hf if s["in_outer_region"]]
+        if inside:
+            backends = ", ".join(sorted({str(s["backend"]) for s in inside}))
+            detail = (
+                "These calls go through transformers.integrations.flex_attention. Inside your compiled region "
+                "transformers passes the raw flex_attention to your graph (its own compiled singleton is used "
+                f"only outside torch.compile), so your torch.compile (backend {backends}) compiles them: {named}"
+            )
+            fix = "Nothing to change on this path itself: your model's torch.compile decides whether these calls fuse."
+        else:
+            detail = (
+                "These calls go through transformers.integrations.flex_attention, which compiles flex_attention "
+                f"itself, not through a wrapper of yours: {named}"
+            )
+            fix = _HF_FLEX_FIX
+        return finding(
+            "hf-internal-flex-path",
+            f"{len(modules)} layers call flex_attention through transformers' own integration",
+            detail=detail,
+            where=_site_where(hf[0]),
+            evidence={"modules": modules},
+            fix=fix,
         )
 
     def _bypasses(self) -> None:

@@ -1,0 +1,109 @@
+"""Which layer a dense kernel belongs to when a compiled graph called it.
+
+Under a backend that does not reach Inductor (`eager`, `aot_eager`), a whole model's graph calls
+flex_attention's dense kernel from FX-generated code, one frame for every layer; the Python frames
+above it are those of the compiled function (the model's outer forward), so they name no layer.
+The graph itself does: the generated code's line maps to a node (`GraphModule._lineno_map`, the
+map dynamo itself uses to carry node metadata across retracing), and dynamo stamps each node with
+the module stack it was traced in (`nn_module_stack`: `L['self'].layers.1.self_attn` and the
+class). AOTAutograd copies a forward node's stack to its backward nodes (`fwd_nn_module_stack`),
+so a backward graph names its layer too, though no user frame is on the autograd thread.
+
+The stack's path is relative to a local of the compiled frame (`L['self']`); it is resolved on the
+frame that called the graph, so the name is the model's own dotted name. A backward has no such
+frame: it takes the name its forward resolved for the same path.
+
+Probed side: standard library and torch. Every attribute is read defensively: a torch that lays out
+graphs differently gives no node, and the caller falls back to the frames.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+_GENERATED = "<eval_with_key>"
+_ROOT = re.compile(r"^(?P<scope>[LG])\['(?P<name>[^']+)'\](?P<rest>.*)$")
+_ITEM = re.compile(r"\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """The FX node a generated graph frame is executing, as the recorder needs it."""
+
+    module_path: str  # as dynamo wrote it: `L['self'].layers.1.self_attn`
+    module_class: str
+    frame: FrameType  # the generated graph's frame: the frames above it hold the compiled function's locals
+
+
+def running_node(frame: FrameType | None, depth: int) -> GraphNode | None:
+    """The module of the node that the innermost generated FX graph on the stack is executing."""
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if frame.f_code.co_filename.startswith(_GENERATED):
+            return _node_of(frame)
+        frame = frame.f_back
+    return None
+
+
+def _node_of(frame: FrameType) -> GraphNode | None:
+    graph_module = frame.f_locals.get("self")
+    lines = getattr(graph_module, "_lineno_map", None)
+    graph = getattr(graph_module, "graph", None)
+    forward = getattr(getattr(graph_module, "forward", None), "__code__", None)
+    if not isinstance(lines, dict) or graph is None or forward is None:
+        return None
+    index = lines.get(frame.f_lineno - forward.co_firstlineno)
+    if not isinstance(index, int):
+        return None
+    for position, node in enumerate(graph.nodes):
+        if position == index:
+            meta = getattr(node, "meta", {})
+            stack = meta.get("nn_module_stack") or meta.get("fwd_nn_module_stack")
+            return _innermost(stack, frame)
+    return None
+
+
+def _innermost(stack: Any, frame: FrameType) -> GraphNode | None:
+    if not isinstance(stack, dict) or not stack:
+        return None
+    entry = list(stack.values())[-1]
+    if not isinstance(entry, tuple) or len(entry) < 2 or not isinstance(entry[0], str):
+        return None
+    module_class = entry[1] if isinstance(entry[1], str) else getattr(entry[1], "__name__", str(entry[1]))
+    return GraphNode(module_path=entry[0], module_class=module_class.rsplit(".", 1)[-1], frame=frame)
+
+
+def resolve_module(path: str, frame: FrameType | None, depth: int, skip_prefixes: tuple[str, ...]) -> Any:
+    """The module object at `path` (`L['self'].layers.1.self_attn`), read from the locals (or
+    globals) of the compiled function's frame: the first frame above the graph outside torch
+    (`skip_prefixes`) that holds the root name. None when none does."""
+    match = _ROOT.match(path)
+    if match is None:
+        return None
+    scope, name = match.group("scope"), match.group("name")
+    for _ in range(depth):
+        if frame is None:
+            return None
+        space = frame.f_locals if scope == "L" else frame.f_globals
+        filename = frame.f_code.co_filename
+        if name in space and not filename.startswith(_GENERATED) and not filename.startswith(skip_prefixes):
+            return _walk(space[name], match.group("rest"))
+        frame = frame.f_back
+    return None
+
+
+def _walk(root: Any, rest: str) -> Any:
+    current = root
+    for part in _ITEM.sub(r".\1", rest).split("."):
+        if not part:
+            continue
+        children = getattr(current, "_modules", None)
+        if isinstance(children, dict) and part in children:
+            current = children[part]
+        else:
+            return None
+    return current

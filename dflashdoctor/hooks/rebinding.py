@@ -1,0 +1,126 @@
+"""Where a name that should hold a compiled flex_attention wrapper was rebound to the raw function.
+
+torchtitan-style code keeps its compiled wrapper on a class (`Wrapper._compiled_flex_attn =
+torch.compile(flex_attention)`) and calls it by that name; a later assignment of the raw
+`flex_attention` to the same name (a debugging switch, a monkeypatch in a test harness, a
+context-parallel shim) makes every call dense while the call line still reads "compiled". The call
+line is where the dense kernel runs; the line to change is the assignment. This reads the call's
+source for the name it calls, then the source of the user's loaded modules for the assignments of
+that name, without importing or running anything.
+
+Probed side: standard library only.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import os
+import sys
+import sysconfig
+from typing import Any
+
+_MAX_FILES = 200
+_MAX_BYTES = 2_000_000
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # dflashdoctor's own files
+_LIBRARY_DIRS = tuple(
+    os.path.abspath(p) + os.sep
+    for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), _PACKAGE}
+    if p
+)
+
+
+def called_name(file: str, line: int) -> str | None:
+    """The dotted name the call on `file:line` calls (`FlexAttentionWrapper._compiled_flex_attn`)."""
+    source = linecache.getline(file, line).strip()
+    if not source:
+        return None
+    try:
+        tree = ast.parse(source.rstrip("(,\\"), mode="exec")
+    except SyntaxError:
+        head = source.split("(", 1)[0].split("=")[-1].strip().removeprefix("return ").strip()
+        return head if head.replace(".", "").replace("_", "").isalnum() else None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            return _dotted(node.func)
+    return None
+
+
+def rebinding(file: str, line: int) -> dict[str, Any] | None:
+    """Where the name called on `file:line` was last assigned something other than a
+    `torch.compile(...)`, when it was also assigned a compiled wrapper (or looks like one)."""
+    name = called_name(file, line)
+    if not name or name in ("flex_attention", "torch.nn.attention.flex_attention.flex_attention"):
+        return None
+    attr = name.rsplit(".", 1)[-1]
+    compiled, raw = [], []
+    for path in _user_files(file):
+        for assigned_line, value in _assignments(path, attr):
+            (compiled if _is_compile_call(value) else raw).append((path, assigned_line))
+    if not raw or not (compiled or "compile" in attr.lower()):
+        return None
+    rebound_file, rebound_line = raw[-1]
+    return {
+        "name": name,
+        "file": rebound_file,
+        "line": rebound_line,
+        "compiled_at": f"{compiled[0][0]}:{compiled[0][1]}" if compiled else None,
+    }
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _is_compile_call(value: ast.AST) -> bool:
+    return isinstance(value, ast.Call) and (_dotted(value.func) or "").endswith("compile")
+
+
+def _assignments(path: str, attr: str) -> list[tuple[int, ast.AST]]:
+    try:
+        if os.path.getsize(path) > _MAX_BYTES:
+            return []
+        with open(path, "rb") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        for target in targets:
+            name = (
+                target.id
+                if isinstance(target, ast.Name)
+                else target.attr
+                if isinstance(target, ast.Attribute)
+                else None
+            )
+            if name == attr:
+                found.append((node.lineno, node.value))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _user_files(first: str) -> list[str]:
+    """The call's own file, then the source files of loaded modules outside the standard library and
+    installed packages (the user's project), at most _MAX_FILES."""
+    files = [os.path.abspath(first)]
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or not path.endswith(".py"):
+            continue
+        path = os.path.abspath(path)
+        if path.startswith(_LIBRARY_DIRS) or path in files:
+            continue
+        files.append(path)
+        if len(files) >= _MAX_FILES:
+            break
+    return files

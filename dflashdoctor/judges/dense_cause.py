@@ -1,0 +1,317 @@
+"""Why one flex_attention call ran its dense kernel, and the fix for that reason: one cause model for
+every judge (check-compile, trace-attention, run, expect_fused).
+
+The fix is chosen from the cause, never from the symptom "it ran dense": a whole model compiled with
+`backend="aot_eager"` is not fixed by a compiled flex wrapper (dynamo inlines the wrapper into the
+model's graph, which the same backend compiles), and a recompile-limit fallback under
+`dynamic=False` is not fixed by capturing numbers as tensors. Each cause names the line to change
+where the evidence holds it: the `torch.compile` call with its backend or `dynamic=False`, the guard
+that kept failing, the line that rebound a compiled wrapper to the raw function.
+
+Evidence, in the order it decides:
+1. dynamo disabled for the process;
+2. how the call reached the kernel (its route, from torch's own frames: raw, a compiled wrapper that
+   fell back, or a graph of a non-Inductor backend) and the backend of the region it was traced in;
+3. dynamo's compile records: the recompile-limit record of the frame that fell back (its guard says
+   what changed), or the exception that got a frame skipped;
+4. the `torch.compile` calls the traced code made (their backend and `dynamic`), to name the line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dflashdoctor.judges.dynamo_causes import (
+    DENSE_BACKENDS,
+    Guard,
+    frame_name,
+    is_recompile_limit,
+    is_skipped_frame,
+    last_guard,
+    raised_exception,
+)
+from dflashdoctor.report import Where
+
+CauseKind = Literal[
+    "dynamo-disabled",
+    "never-compiled",
+    "rebound-wrapper",
+    "model-backend",
+    "wrapper-backend",
+    "recompile-limit-static-shapes",
+    "recompile-limit-global",
+    "recompile-limit-new-object",
+    "recompile-limit",
+    "skipped-frame",
+    "compiled-but-eager",
+    "unknown",
+]
+
+# Frames that are flex_attention itself, or a wrapper made around it: a limit hit there is the one
+# that made this call dense (other frames hitting theirs are the model's outer functions).
+_FLEX_FRAMES = ("flex_attention", "_flex_attention_hop_wrapper")
+_SIZE_GUARD = re.compile(r"size mismatch at index \d+|\.size\(\)\[\d+\] == \d+")
+_NEW_OBJECT = ("___check_obj_id", "ID_MATCH", "___check_type_id")
+
+FIX_WRAPPER = (
+    "Call a wrapper made once at import, `_compiled = torch.compile(flex_attention)`, instead of "
+    "flex_attention itself (or compile the module that calls it)."
+)
+FIX_SKIPPED_FRAME = (
+    "Fix the call so it does not raise (here: pass the arguments the first attempt lacked) "
+    "instead of catching and retrying. If a process must recover, call "
+    "`torch._dynamo.reset()` before the next compiled call."
+)
+FIX_DYNAMO_DISABLED = "Unset TORCHDYNAMO_DISABLE (and torch._dynamo.config.disable) for training runs."
+_FAIL_FAST = (
+    "Set `torch._dynamo.config.fail_on_recompile_limit_hit = True` so a run fails at once instead of "
+    "silently running dense; raising recompile_limit only moves the cliff."
+)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One reason a call ran dense: a stable kind (tests and tables key on it), the sentence for a
+    reader, the fix for that reason, and the line the fix changes, when the evidence names one."""
+
+    kind: CauseKind
+    summary: str
+    fix: str
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
+class CompileCall:
+    """A `torch.compile(...)` call the traced code made, as the flex-call recorder saw it."""
+
+    file: str
+    line: int
+    target: str
+    backend: str
+    dynamic: bool | None
+
+    @property
+    def at(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @property
+    def where(self) -> Where:
+        return Where(file=self.file, line=self.line)
+
+    @staticmethod
+    def read(records: list[dict[str, Any]]) -> list[CompileCall]:
+        calls = []
+        for r in records:
+            if isinstance(r.get("file"), str) and isinstance(r.get("line"), int):
+                dynamic = r.get("dynamic")
+                calls.append(
+                    CompileCall(
+                        file=r["file"],
+                        line=r["line"],
+                        target=str(r.get("target") or "?"),
+                        backend=str(r.get("backend") or "inductor"),
+                        dynamic=dynamic if isinstance(dynamic, bool) else None,
+                    )
+                )
+        return calls
+
+
+@dataclass(frozen=True)
+class DenseCall:
+    """What the judge knows about one dense call site, whichever recorder saw it."""
+
+    route: str | None  # flex_dense.ROUTES key: "raw", "compiled-eager", "graph"
+    backend: str | None = None  # the backend of the region (or wrapper) it was traced in
+    in_outer_region: bool = False  # traced inside a compiled region that is not a flex wrapper
+    wrapper_backend: str | None = None  # the user's compiled flex wrapper's own backend
+    wrapper_compiled_at: str | None = None
+    rebound: dict[str, Any] | None = None  # the compiled-looking name the call used was rebound raw
+    known_file: str | None = None  # a file the guard's shortened path may stand for
+
+
+def explain(
+    call: DenseCall,
+    compiles: list[dict[str, Any]],
+    compile_calls: list[CompileCall],
+    *,
+    dynamo_disabled: bool = False,
+) -> Cause:
+    """The cause of one dense call site, from the strongest evidence down."""
+    if dynamo_disabled:
+        return Cause(
+            "dynamo-disabled",
+            "dynamo disabled (TORCHDYNAMO_DISABLE=1 or torch._dynamo.config.disable): nothing is compiled",
+            FIX_DYNAMO_DISABLED,
+        )
+    if call.rebound:
+        return _rebound(call.rebound)
+    if call.in_outer_region and call.backend in DENSE_BACKENDS:
+        return _model_backend(call.backend, compile_calls)
+    if call.wrapper_backend in DENSE_BACKENDS:
+        return _wrapper_backend(call.wrapper_backend, call.wrapper_compiled_at)
+    if call.route == "graph":
+        return _model_backend(call.backend, compile_calls)
+    if call.route == "raw" and not call.in_outer_region:
+        return Cause(
+            "never-compiled", "never compiled: flex_attention called directly runs its dense kernel", FIX_WRAPPER
+        )
+    limit = _flex_limit_record(compiles)
+    if limit is not None:
+        return recompile_limit(compiles, limit, compile_calls, call.known_file)
+    skipped = next((r for r in reversed(compiles) if is_skipped_frame(r)), None)
+    if skipped is not None:
+        return _skipped(skipped, compiles)
+    if call.route == "compiled-eager":
+        return Cause(
+            "compiled-but-eager",
+            "a compiled wrapper ran flex_attention as plain Python (a fallback or graph break that dynamo left no "
+            "record of in this process)",
+            FIX_WRAPPER,
+        )
+    return Cause("unknown", "unknown: no eager backend, recompile limit or skipped frame was recorded", FIX_WRAPPER)
+
+
+def _flex_limit_record(compiles: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The latest recompile-limit record of a flex_attention frame, else the latest of any frame."""
+    limits = [r for r in compiles if is_recompile_limit(r)]
+    flex = [r for r in limits if frame_name(r, compiles) in _FLEX_FRAMES]
+    return (flex or limits or [None])[-1]
+
+
+def _model_backend(backend: str | None, compile_calls: list[CompileCall]) -> Cause:
+    """A compiled region of a non-Inductor backend runs every flex call inside it dense, a compiled
+    wrapper's too (dynamo inlines the wrapper into the region's graph)."""
+    made = [c for c in compile_calls if c.backend == backend] if backend else []
+    made = made or [c for c in compile_calls if c.backend in DENSE_BACKENDS]
+    call = made[0] if made else None
+    named = backend or (call.backend if call else None)
+    at = f" at {call.at}" if call else ""
+    what = f"`torch.compile({call.target}, backend={call.backend!r})`{at}" if call else "its torch.compile call"
+    summary = (
+        f"compiled region of backend {named!r}: {what} never reaches Inductor, so every flex_attention call "
+        "inside it runs the dense kernel"
+        if named
+        else "a compiled graph of a backend other than Inductor (eager or aot_eager) called the dense kernel"
+    )
+    plain = f"`torch.compile({call.target if call else 'model'})`"
+    fix = (
+        f"Compile with Inductor: drop `backend={named!r}` from {what} ({plain}). "
+        if named
+        else "Compile the region that calls flex_attention with the default backend (Inductor). "
+    )
+    fix += (
+        "A compiled flex_attention wrapper inside it does not help: dynamo inlines it into the region's graph, "
+        "which the same backend compiles."
+    )
+    return Cause("model-backend", summary, fix, call.where if call else None)
+
+
+def _wrapper_backend(backend: str, compiled_at: str | None) -> Cause:
+    where = _where_at(compiled_at)
+    at = f" at {compiled_at}" if compiled_at else ""
+    return Cause(
+        "wrapper-backend",
+        f"the flex_attention wrapper is compiled with backend={backend!r}{at}, which never reaches Inductor",
+        f"Compile it with the default backend: `torch.compile(flex_attention)`{at} without `backend={backend!r}`.",
+        where,
+    )
+
+
+def _rebound(rebound: dict[str, Any]) -> Cause:
+    name, at = rebound.get("name") or "the wrapper", rebound.get("file")
+    where = Where(file=at, line=rebound.get("line")) if at else None
+    place = f" at {at}:{rebound.get('line')}" if at else ""
+    compiled = f" (compiled at {rebound['compiled_at']})" if rebound.get("compiled_at") else ""
+    return Cause(
+        "rebound-wrapper",
+        f"`{name}`{compiled} was rebound to the raw flex_attention{place}: the call uses that name, so it never "
+        "reaches the compiled wrapper",
+        f"Remove the rebinding{place} (or bind `{name}` to the compiled wrapper again); keep one compiled "
+        "wrapper and call it.",
+        where,
+    )
+
+
+def _skipped(record: dict[str, Any], compiles: list[dict[str, Any]]) -> Cause:
+    raised_at = record.get("fail_user_frame_filename")
+    where = Where(file=raised_at, line=record.get("fail_user_frame_lineno")) if raised_at else None
+    return Cause(
+        "skipped-frame",
+        f"skipped frame: `{frame_name(record, compiles) or '?'}` raised {raised_exception(record)} while "
+        "compiling; dynamo runs it eagerly from then on",
+        FIX_SKIPPED_FRAME,
+        where,
+    )
+
+
+def recompile_limit(
+    compiles: list[dict[str, Any]],
+    limit: dict[str, Any],
+    compile_calls: list[CompileCall],
+    known_file: str | None,
+) -> Cause:
+    """A recompile-limit fallback, told apart by the guard that kept failing: a tensor size under
+    static shapes, a module-level Python number, a new object each call, or another guard."""
+    guard = last_guard(compiles, limit, known_file)
+    frame = frame_name(limit, compiles) or "?"
+    head = f"recompile limit: dynamo gave up on `{frame}` after the guard `{guard.expression}` kept failing"
+    if _SIZE_GUARD.search(guard.expression):
+        return _static_shapes(head, guard, compile_calls)
+    if guard.reads_global:
+        name = guard.expression.split("global ", 1)[1].split()[0].removeprefix("__main__.")
+        return Cause(
+            "recompile-limit-global",
+            f"{head}: score_mod/mask_mod read the module-level Python number `{name}`, so every new value is a "
+            "new graph",
+            f"Pass `{name}` as a tensor (`torch.tensor(value, device=...)`, updated in place) or close over a "
+            f"tensor made once, instead of reading the Python number `{name}` in score_mod/mask_mod. {_FAIL_FAST}",
+            guard.where,
+        )
+    if any(marker in guard.expression for marker in _NEW_OBJECT):
+        return Cause(
+            "recompile-limit-new-object",
+            f"{head}: a new function or object each call (a score_mod/mask_mod or closure made per step) fails "
+            "the identity guard",
+            "Make score_mod/mask_mod once, outside the step, and feed what changes as tensors. " + _FAIL_FAST,
+            guard.where,
+        )
+    return Cause(
+        "recompile-limit",
+        head,
+        "Make the guarded value stable between calls (or a tensor), so the graph is reused. " + _FAIL_FAST,
+        guard.where,
+    )
+
+
+def _static_shapes(head: str, guard: Guard, compile_calls: list[CompileCall]) -> Cause:
+    static = [c for c in compile_calls if c.dynamic is False]
+    if static:
+        call = static[0]
+        why = f"`torch.compile({call.target}, dynamic=False)` at {call.at} compiles one graph per shape"
+        fix = (
+            f"Drop `dynamic=False` from `torch.compile({call.target}, ...)` at {call.at}, or mark the varying "
+            "length dynamic (`torch._dynamo.mark_dynamic(tensor, dim)`), or pad lengths to a few buckets. "
+        )
+        where: Where | None = call.where
+    else:
+        why = "shapes are compiled as static (dynamic=False, or automatic dynamic shapes turned off)"
+        fix = (
+            "Let the length be dynamic: drop `dynamic=False` (or mark it with "
+            "`torch._dynamo.mark_dynamic(tensor, dim)`), or pad lengths to a few buckets. "
+        )
+        where = guard.where
+    return Cause(
+        "recompile-limit-static-shapes",
+        f"{head}: {why}, and every new length is a new graph",
+        fix + _FAIL_FAST,
+        where,
+    )
+
+
+def _where_at(at: str | None) -> Where | None:
+    if not at or ":" not in at:
+        return None
+    file, _, line = at.rpartition(":")
+    return Where(file=file, line=int(line)) if line.isdigit() else None
