@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
 
+from dflashdoctor.call_plan import CallPlan, UnusableSignature, plan_call
 from dflashdoctor.probe_support import UsageError
 
 _COMPILED_HINT = "compile"
@@ -37,6 +38,7 @@ class TargetInfo:
     raw_flex_globals: list[str] = field(default_factory=list)  # raw flex_attention names it reads
     rebound: dict[str, Any] | None = None  # a compiled-looking name bound to the raw function
     assigned: dict[str, Any] | None = None  # where the module binds the attribute, if it does
+    call: dict[str, Any] | None = None  # check-compile's CallPlan.to_dict(): how the target was called
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,19 +100,13 @@ def resolve(spec: str) -> tuple[Any, ModuleType, str]:
     return obj, module, attr
 
 
-def check_call_convention(obj: Any, spec: str, sample_args: tuple[Any, ...]) -> None:
-    """The target must accept target(query, key, value, block_mask=..., enable_gqa=...)."""
+def plan_target_call(obj: Any, spec: str, heads: int, kv_heads: int) -> CallPlan:
+    """How check-compile will call the target, read from its signature (call_plan.py says why); a
+    signature it cannot be called with is bad input, one line naming what is wrong."""
     try:
-        signature = inspect.signature(obj)
-    except (TypeError, ValueError):
-        return  # builtins and some C callables carry no signature; the call itself will tell
-    try:
-        signature.bind(*sample_args, block_mask=None, enable_gqa=True)
-    except TypeError as exc:
-        raise UsageError(
-            f"{spec} does not take flex_attention's call convention "
-            f"target(query, key, value, block_mask=..., enable_gqa=...): {exc}"
-        ) from exc
+        return plan_call(obj, heads, kv_heads)
+    except UnusableSignature as exc:
+        raise UsageError(f"{spec} does not take flex_attention's call convention: {exc}") from None
 
 
 def _last_assignment_line(module: ModuleType, name: str) -> int | None:
@@ -246,7 +242,9 @@ def describe(obj: Any, module: ModuleType, attr: str, spec: str) -> TargetInfo:
                 "module": module.__name__,
             }
     wrapped = getattr(obj, "_torchdynamo_orig_callable", None)
-    if wrapped is not None:
+    # torch.compiler.disable marks its wrapper like a compiled one; it is the function it wraps,
+    # read below (torchtune's compile_friendly_flex_attention is one around a compiled flex_attention).
+    if wrapped is not None and not getattr(obj, "_torchdynamo_disable", False):
         info.kind = "compiled-wrapper"
         info.wraps = f"{getattr(wrapped, '__module__', '?')}.{getattr(wrapped, '__qualname__', wrapped)}"
         backend = compile_backend(obj)

@@ -30,19 +30,21 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 from torch.nn.attention.flex_attention import flex_attention  # noqa: E402
 
-from dflashdoctor import probe_support  # noqa: E402
+from dflashdoctor import call_plan, probe_support  # noqa: E402
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch  # noqa: E402
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder  # noqa: E402
 from dflashdoctor.hooks.memory import PeakMemory  # noqa: E402
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device  # noqa: E402
 from dflashdoctor.reference.masks import build_block_mask  # noqa: E402
 from dflashdoctor.shapes import AttentionShape, shape_problem, shape_with  # noqa: E402
-from dflashdoctor.targets import check_call_convention, describe, resolve  # noqa: E402
+from dflashdoctor.targets import describe, plan_target_call, resolve  # noqa: E402
 
 IMPORT_S = time.perf_counter() - _STARTED
 
 WARM_CALLS = 3
 _OOM_ERRORS: tuple[type[BaseException], ...] = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
+# The probe's own frames between it and the target: never the site of a dense call or an error.
+_HARNESS = tuple(os.path.abspath(f) for f in (__file__, probe_support.__file__, call_plan.__file__))
 
 
 class TargetFailed(Exception):
@@ -75,9 +77,13 @@ def _rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def _error_site(exc: BaseException) -> dict[str, Any] | None:
-    """The innermost frame of the user's code in the traceback (not torch's, not the stdlib's)."""
+    """The innermost frame of the user's code in the traceback (not torch's, the stdlib's or the probe's)."""
     library = (os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"])
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(library)]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith(library) and os.path.abspath(f.filename) not in _HARNESS
+    ]
     if not frames:
         return None
     last = frames[-1]
@@ -93,7 +99,7 @@ class CheckCompileProbe:
         if problem:
             raise UsageError(problem)
         self.backward = self.device != "cpu"  # torch has no flex_attention backward on CPU
-        self.dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__))
+        self.dense = DenseFlexRecorder(skip_files=_HARNESS)
         self.memory = PeakMemory(self.device)
         self.phases: dict[str, dict[str, Any]] = {}
         self.oom: list[dict[str, Any]] = []
@@ -141,8 +147,9 @@ class CheckCompileProbe:
         return record
 
     def call_target(self, target, q, k, v, block_mask):
+        """Every call to the target goes through its call plan: the same arguments in every phase."""
         try:
-            return target(q, k, v, block_mask=block_mask, enable_gqa=self.shape.heads != self.shape.kv_heads)
+            return self.plan.call(target, q, k, v, block_mask)
         except _OOM_ERRORS:
             raise
         except Exception as exc:
@@ -161,8 +168,9 @@ class CheckCompileProbe:
         shape = self.shape
         with self._allocating():
             q, k, v = _inputs(shape, self.device, shape.kv_len, self.backward, seed=0)
-        check_call_convention(target, self.config["target"], (q, k, v))
+        self.plan = plan_target_call(target, self.config["target"], shape.heads, shape.kv_heads)
         info = describe(target, module, attr, self.config["target"])
+        info.call = self.plan.to_dict()
         self.watch = DynamoWatch()
         with self._allocating():
             mask = build_block_mask(self.config["mask"], shape.q_len, shape.kv_len, self.device, shape.block_size)

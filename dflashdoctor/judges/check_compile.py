@@ -143,21 +143,30 @@ class CheckCompileJudge(Judge):
             self._check("target", "info", f"{info['qualname']} ({info['kind']}); judged by what it runs")
 
     def _target_error(self) -> None:
+        """The call line: how the target was called (recordings made before the probe planned its
+        calls have no plan), and whether that call raised."""
+        call = self.observations.target.get("call")
+        called_as = f"called as {call['text']}" if call else ""
+        if call:
+            self.measurements["call"] = call
         error = self.observations.target_error
         if not error:
+            if call:
+                self._check("call", "info", called_as)
             return
         message = first_line(error["message"], "")
         self.findings.append(
             finding(
                 "target-raised",
                 f"The target raised {error['type']} in phase {error['phase']}",
-                detail=f"{error['type']}: {message}",
+                detail=f"{error['type']}: {message}" + (f" (it was {called_as})" if call else ""),
                 where=_where(error.get("where")),
                 evidence={"traceback": error["traceback"], "message": error["message"]},
                 fix="Run the target once by hand at this shape; the remaining checks need it to succeed.",
             )
         )
-        self._check("call", "fail", f"target raised {error['type']} in {error['phase']}", "target-raised")
+        raised = f"target raised {error['type']} in {error['phase']}"
+        self._check("call", "fail", f"{raised}; {called_as}" if call else raised, "target-raised")
 
     # -- dense paths and why ------------------------------------------------------------------
     def _fused(self) -> None:
