@@ -19,7 +19,10 @@ CODES: dict[str, tuple[Severity, str]] = {
     "recompile-limit-fallback": ("error", "dynamo hit its recompile limit and fell back to eager (dense)"),
     "dynamo-skip-fallback": ("error", "an exception inside a compiled frame made dynamo skip it for the process"),
     "recompiles": ("warning", "recompiles above budget (names the guard that failed)"),
-    "graph-break": ("warning", "graph breaks in the compiled region"),
+    "graph-break": (
+        "warning",
+        "graph breaks in the compiled region: each site's line, dynamo's reason and its fix; known causes named",
+    ),
     "score-matrix-materialized": ("error", "peak memory shows the full score matrix was built"),
     "numeric-mismatch": ("error", "compiled output disagrees with the reference beyond tolerance"),
     "backward-not-checked": ("info", "no backward check was possible (e.g. flex backward is unsupported on CPU)"),

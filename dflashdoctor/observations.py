@@ -54,6 +54,21 @@ class DenseEvent:
 
 
 @dataclass
+class GraphBreakSite:
+    """Identical graph breaks, grouped: dynamo's reason, where it broke and how it got there
+    (hooks/dynamo_watch.py). Frames are `file:line in function`; `site` is the innermost one
+    outside torch and dflashdoctor (the line to change, or the library line that called into
+    torch), `entry` the outermost such frame: where dynamo began tracing toward the break."""
+
+    reason: str
+    count: int
+    site: str | None = None
+    broke_at: str | None = None  # the frame dynamo broke in, torch's own included
+    entry: str | None = None
+    stack: list[str] = field(default_factory=list)  # dynamo's user stack, outermost first (the innermost kept)
+
+
+@dataclass
 class VaryCall:
     """check-compile: the target at one more context length."""
 
@@ -83,6 +98,7 @@ class CheckCompileObservations:
     dense_events: list[DenseEvent] = field(default_factory=list)
     compiles: list[dict[str, Any]] = field(default_factory=list)
     graph_breaks: dict[str, int] = field(default_factory=dict)
+    graph_break_sites: list[GraphBreakSite] = field(default_factory=list)
     oom: list[dict[str, Any]] = field(default_factory=list)  # one record per phase that ran out of memory
     target_error: dict[str, Any] | None = None
     import_s: float | None = None
@@ -104,6 +120,7 @@ class TraceAttentionObservations:
     traced_script: dict[str, Any] | None = None
     compiles: list[dict[str, Any]] = field(default_factory=list)
     graph_breaks: dict[str, int] = field(default_factory=dict)
+    graph_break_sites: list[GraphBreakSite] = field(default_factory=list)
     dynamo_disabled: bool = False
     dense_events: list[DenseEvent] = field(default_factory=list)
     hook_unavailable: str | None = None

@@ -316,6 +316,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
             observations["traced_script"] = _trace_script(config, dense, namer)
     observations["compiles"] = watch.collect("traced")  # recompile-limit and skipped-frame causes
     observations["graph_breaks"] = watch.graph_breaks
+    observations["graph_break_sites"] = watch.graph_break_sites  # each break's reason and line
     observations["dynamo_disabled"] = bool(getattr(torch._dynamo.config, "disable", False))
     observations["dense_events"] = [e.to_dict() for e in dense.events]
     observations["hook_unavailable"] = dense.unavailable

@@ -326,6 +326,7 @@ class TorchInstruments:
             },
             "compiles": list(watch.records) if watch is not None else [],
             "graph_breaks": dict(watch.graph_breaks) if watch is not None else {},
+            "graph_break_sites": watch.graph_break_sites if watch is not None else [],
             "dynamo_disabled": _dynamo_disabled(),
             "dense_events": [e.to_dict() for e in list(self.dense.events)[-_DENSE_LOGGED:]],
             "dense_events_total": self.dense_seen,

@@ -4,6 +4,13 @@ Dynamo keeps one CompilationMetrics record per frame compile attempt, with the f
 recompile (`recompile_reason`), the exception that stopped a compile (`fail_type`, `fail_reason`),
 and timings. Reading those beats parsing logs: they exist whatever TORCH_LOGS says. The record
 layout varies between torch releases, so every field is read with getattr and missing ones are None.
+
+Graph breaks come from dynamo's own list, `torch._dynamo.utils.graph_break_reasons` (what
+`torch._dynamo.explain` reports from): one GraphCompileReason per break, with the reason and the user
+stack dynamo traced down to it. It is read, never hooked, so watching adds no handler, no log line
+and no graph break; enabling the graph-breaks log instead would print to the user's stderr. It also
+holds breaks the `graph_break` counter misses (a Python `if` on a tensor). A torch without the list,
+or with records of another shape, leaves the sites empty and the counts come from the counter.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ _FIELDS = (
     "inductor_fx_local_cache_miss_count",
 )
 _TEXT_LIMIT = 2000
+_SITES_KEPT = 50  # distinct graph-break sites a watch keeps; further breaks are still counted
+_STACK_KEPT = 16  # innermost frames kept of a break's user stack
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _RESOLVED: dict[str, str] = {}  # a shortened path -> the loaded module's file it was found to be
 _GUARD_LOCATION = re.compile(r"(?P<file>\S+):\d+ in \S+\s*$")  # the last `  # ` part of a recompile reason
 
@@ -66,13 +76,79 @@ def _record(metrics: Any, phase: str) -> dict[str, Any]:
     return record
 
 
+def _frame(summary: Any) -> str | None:
+    """A traceback.FrameSummary as `file:line in function` (judges/base.frame_where reads it back)."""
+    filename, lineno, name = (getattr(summary, a, None) for a in ("filename", "lineno", "name"))
+    return f"{filename}:{lineno} in {name}" if isinstance(filename, str) and isinstance(lineno, int) else None
+
+
+class _BreakSites:
+    """Dynamo's list of graph breaks, read from where the last read stopped, grouped by site.
+
+    A group is one reason at one site: the frame dynamo broke in plus the innermost frame outside
+    torch and dflashdoctor (the user's or a library's line that called into torch; a recording
+    stand-in between them is never the site). A break nested n calls deep is taken n times, once
+    per resumed frame, and the deepest resumes hold only torch's own frames: such a break joins the
+    group that broke at the same frame for the same reason, so one cause is one group.
+    `torch._dynamo.reset()` empties the list in place; a read then starts again from 0.
+    """
+
+    def __init__(self, reasons: list[Any], skipped: tuple[str, ...]) -> None:
+        self._reasons = reasons
+        self._skipped = skipped  # folders whose frames are never a site: torch's and this package's
+        self._read = len(reasons)
+        self._last = reasons[-1] if reasons else None  # held: identity tells a reset list apart
+        self.groups: dict[tuple[str, str | None, str | None], dict[str, Any]] = {}
+        self._depth: dict[tuple[str, str | None, str | None], int] = {}  # the longest stack seen per group
+
+    def new(self) -> list[tuple[str, list[str]]]:
+        """(reason, frames outermost first) of each break since the last call."""
+        reasons, read = self._reasons, self._read
+        if read and (len(reasons) < read or reasons[read - 1] is not self._last):
+            read = 0
+        fresh = reasons[read:]  # a copy: dynamo may append while this runs
+        self._read = read + len(fresh)
+        if fresh:
+            self._last = fresh[-1]
+        elif not read:
+            self._last = None
+        breaks = []
+        for item in fresh:
+            reason = getattr(item, "reason", None)
+            stack = getattr(item, "user_stack", None)
+            frames = [f for f in map(_frame, stack if isinstance(stack, list) else []) if f]
+            breaks.append(((reason if isinstance(reason, str) else str(item))[:_TEXT_LIMIT], frames))
+        return breaks
+
+    def add(self, reason: str, frames: list[str]) -> None:
+        broke_at = frames[-1] if frames else None
+        outside = [f for f in frames if not f.startswith(self._skipped)]
+        site = outside[-1] if outside else None
+        key = (reason, broke_at, site)
+        if site is None:  # a resumed torch frame: the group of the same break seen from its caller
+            key = next((k for k in self.groups if k[:2] == (reason, broke_at)), key)
+        group = self.groups.get(key)
+        if group is None:
+            if len(self.groups) >= _SITES_KEPT:
+                return
+            group = self.groups[key] = {"reason": reason, "count": 0, "site": site, "broke_at": broke_at}
+            group.update(entry=None, stack=[])
+            self._depth[key] = -1
+        group["count"] += 1
+        if len(frames) > self._depth[key]:  # the longest stack reaches furthest out: its entry is the one
+            self._depth[key] = len(frames)
+            group.update(entry=outside[0] if outside else group["entry"], stack=frames[-_STACK_KEPT:])
+
+
 class DynamoWatch:
-    """Collects new compilation records and graph-break counts, labelled by phase.
+    """Collects new compilation records and graph breaks, labelled by phase.
 
     A record is new if this watch has not seen that object: compile ids start again at 0/0 after
     `torch._dynamo.reset()`, so an id says nothing. The records that were there before the watch
     began are kept apart, read into `earlier()` only when asked (a fallback from before still
     explains a dense call now; a watch per test block should not pay for reading them otherwise).
+    `graph_breaks` counts each reason; `graph_break_sites` groups the same breaks by where they
+    happened (observations.GraphBreakSite's fields), when this torch records where.
     """
 
     def __init__(self) -> None:
@@ -82,15 +158,27 @@ class DynamoWatch:
         self.unavailable: str | None = None
         self._seen: dict[int, Any] = {}  # id -> the record itself, held so that its id is not reused
         self._graph_break_base: dict[str, int] = {}
+        self._sites: _BreakSites | None = None
         try:
+            import torch
             from torch._dynamo.utils import counters, get_compilation_metrics
         except ImportError as exc:
             self.unavailable = f"torch._dynamo.utils has no compilation metrics here: {exc}"
             return
         self._metrics = get_compilation_metrics
         self._counters = counters
-        self._graph_break_base = dict(counters["graph_break"])
+        reasons = getattr(torch._dynamo.utils, "graph_break_reasons", None)
+        if isinstance(reasons, list):
+            self._sites = _BreakSites(reasons, (os.path.dirname(torch.__file__) + os.sep, _PACKAGE_DIR))
+        else:
+            self._graph_break_base = dict(counters["graph_break"])
         self.collect("before")
+
+    @property
+    def graph_break_sites(self) -> list[dict[str, Any]]:
+        """One record per reason and site, most breaks first; empty where this torch keeps no list."""
+        groups = self._sites.groups.values() if self._sites is not None else []
+        return sorted((dict(g) for g in groups), key=lambda g: -g["count"])
 
     def earlier(self) -> list[dict[str, Any]]:
         """The records that were there before this watch began."""
@@ -110,6 +198,11 @@ class DynamoWatch:
             else:
                 new.append(_record(metrics, phase))
         self.records.extend(new)
+        if self._sites is not None:
+            for reason, frames in self._sites.new():
+                self.graph_breaks[reason] = self.graph_breaks.get(reason, 0) + 1
+                self._sites.add(reason, frames)
+            return new
         for reason, count in self._counters["graph_break"].items():
             delta = count - self._graph_break_base.get(reason, 0)
             if delta > 0:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
+from pathlib import PureWindowsPath
 from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
+from dflashdoctor.judges.graph_breaks import read_break
+from dflashdoctor.observations import GraphBreakSite
 from dflashdoctor.report import Check, CheckStatus, Comparison, Finding, Plot, ProbeResult, Table, Where
 
 _FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+) in (?P<function>\S+)$")
+GRAPH_BREAK_SITES_SHOWN = 5  # graph-break findings a section names; the check line counts every site
 
 
 def frame_where(frame: str | None) -> Where | None:
@@ -18,6 +23,15 @@ def frame_where(frame: str | None) -> Where | None:
     if not match:
         return None
     return Where(file=match["file"], line=int(match["line"]), function=match["function"])
+
+
+def frame_label(frame: str | None) -> str:
+    """A stack line shortened to its file's name, for a title: `masking_utils.py:706 in flex_attention_mask`."""
+    where = frame_where(frame)
+    if where is None or where.file is None:
+        return frame or "an unrecorded frame"
+    name = PureWindowsPath(where.file).name  # either separator: a report may come from another machine
+    return f"{name}:{where.line} in {where.function}"
 
 
 def size_text(n: float | None) -> str:
@@ -52,19 +66,79 @@ class Judge:
         self.checks.append(Check(name=name, status=status, summary=summary, codes=list(codes)))
 
     def _graph_break_check(self, breaks: dict[str, int], during: str) -> None:
-        """One check line and, when there are any, a graph-break finding with each reason's count."""
+        """One check line and the graph-break findings: one per site where dynamo recorded sites
+        (the section's observations carry them as `graph_break_sites`), else one for all reasons.
+
+        Every judge that reports graph breaks (check-compile, trace-attention, and run through
+        trace-attention's judge) keeps its observations as `self.observations`, so the sites reach
+        this one implementation without each caller passing them; observations from before sites
+        were recorded, or from a torch that does not record them, read as none.
+        """
         total = sum(breaks.values())
-        if total:
-            self.findings.append(
-                finding(
-                    "graph-break",
-                    f"{total} graph breaks {during}",
-                    detail="A graph break splits a compiled region; code between the pieces runs eagerly.",
-                    evidence={"graph_breaks": breaks},
-                    fix="Run with TORCH_LOGS=graph_breaks to see each break's line, and remove the cause.",
-                )
+        sites = getattr(getattr(self, "observations", None), "graph_break_sites", None) or []
+        shown = sites[:GRAPH_BREAK_SITES_SHOWN]
+        if sites:
+            self.findings.extend(self._graph_break_site(site, during) for site in shown)
+        elif total:
+            self.findings.append(self._graph_break_reasons(breaks, total, during))
+        summary = f"{total} graph breaks {during}"
+        if sites:
+            summary += (
+                f" at {len(sites)} sites"
+                if len(sites) > 1
+                else f" at {frame_label(sites[0].site or sites[0].broke_at)}"
             )
-        self._check("graph breaks", "warn" if total else "pass", f"{total} graph breaks {during}", "graph-break")
+            if len(sites) > len(shown):
+                summary += f" (the {len(shown)} with most breaks are named)"
+        self._check("graph breaks", "warn" if total else "pass", summary, "graph-break")
+
+    @staticmethod
+    def _graph_break_site(site: GraphBreakSite, during: str) -> Finding:
+        """One site's breaks: where, dynamo's reason in plain words, and the fix for that reason."""
+        reading = read_break(site.reason, site.site, site.stack, site.entry)
+        place = site.site or site.broke_at
+        breaks = f"{site.count} graph {'break' if site.count == 1 else 'breaks'} {during}"
+        title = f"{breaks}: {reading.title}" if reading.title else f"{breaks} at {frame_label(place)}: {reading.plain}"
+        reached = f", reached from {site.entry}" if site.entry and site.entry != place else ""
+        detail = reading.detail or (
+            f"Dynamo's reason: {reading.plain}. It broke at {site.broke_at or 'an unrecorded frame'}{reached}. "
+            "A graph break splits the compiled region: the code around it runs as plain Python on every call."
+            + (
+                f" {site.count} breaks at one site: dynamo breaks once for each compiled frame that reaches it "
+                "(each function between the compiled entry and this line, as it resumes) and again after each "
+                "recompile."
+                if site.count > 1
+                else ""
+            )
+        )
+        evidence = {"breaks": site.count, **{k: v for k, v in asdict(site).items() if k != "count"}}
+        return finding(
+            "graph-break",
+            title,
+            detail=detail,
+            where=frame_where(place),
+            evidence=evidence | ({"known_cause": reading.hazard} if reading.hazard else {}),
+            fix=reading.fix,
+            refs=[reading.page] if reading.page else [],
+        )
+
+    @staticmethod
+    def _graph_break_reasons(breaks: dict[str, int], total: int, during: str) -> Finding:
+        """Breaks known by reason only (dynamo's counter): each reason in plain words, and the fix
+        for the most frequent."""
+        ordered = sorted(breaks.items(), key=lambda item: -item[1])
+        readings = [(read_break(reason), count) for reason, count in ordered]
+        said = "; ".join(f"{reading.plain} ({count})" for reading, count in readings)
+        return finding(
+            "graph-break",
+            f"{total} graph breaks {during}",
+            detail=f"Dynamo's reasons: {said}. A graph break splits the compiled region: the code around it "
+            "runs as plain Python on every call. This record names no site: `TORCH_LOGS=graph_breaks` prints "
+            "each break's stack.",
+            evidence={"graph_breaks": breaks},
+            fix=readings[0][0].fix,
+            refs=[reading.page for reading, _ in readings if reading.page][:1],
+        )
 
     def _over_budget(self, budget: str, measured: Any, limit: Any, what: str) -> None:
         self.findings.append(

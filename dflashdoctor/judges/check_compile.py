@@ -16,12 +16,9 @@ from typing import Any
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
+from dflashdoctor.judges.dense_cause import FIX_BACKEND, FIX_SKIPPED_FRAME, FIX_WRAPPER, recompile_limit
 from dflashdoctor.judges.dynamo_causes import (
     DENSE_BACKENDS,
-    FIX_BACKEND,
-    FIX_RECOMPILE_LIMIT,
-    FIX_SKIPPED_FRAME,
-    FIX_WRAPPER,
     last_guard,
     parse_guard,
     raised_exception,
@@ -289,7 +286,7 @@ class CheckCompileJudge(Judge):
                     "recompile_reasons": [first_line(r, "") for r in reasons][-10:],
                     **(self._dense_evidence() if self.dense_fwd or self.dense_bwd else {}),
                 },
-                fix=FIX_RECOMPILE_LIMIT,
+                fix=recompile_limit(self.compiles, limit, [], self.observations.target.get("file")).fix,
                 refs=[_REFS_RECOMPILE],
             )
         )

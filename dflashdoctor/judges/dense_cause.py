@@ -40,6 +40,7 @@ CauseKind = Literal[
     "rebound-wrapper",
     "model-backend",
     "wrapper-backend",
+    "eager-backend",
     "recompile-limit-static-shapes",
     "recompile-limit-global",
     "recompile-limit-new-object",
@@ -59,6 +60,7 @@ FIX_WRAPPER = (
     "Call a wrapper made once at import, `_compiled = torch.compile(flex_attention)`, instead of "
     "flex_attention itself (or compile the module that calls it)."
 )
+FIX_BACKEND = "Compile flex_attention with the default backend: `torch.compile(flex_attention)`."
 FIX_SKIPPED_FRAME = (
     "Fix the call so it does not raise (here: pass the arguments the first attempt lacked) "
     "instead of catching and retrying. If a process must recover, call "
@@ -152,7 +154,7 @@ def explain(
     if call.wrapper_backend in DENSE_BACKENDS:
         return _wrapper_backend(call.wrapper_backend, call.wrapper_compiled_at)
     if call.route == "graph":
-        return _model_backend(call.backend, compile_calls)
+        return _graph_backend(call.backend, compile_calls)
     if call.route == "raw" and not call.in_outer_region:
         return Cause(
             "never-compiled", "never compiled: flex_attention called directly runs its dense kernel", FIX_WRAPPER
@@ -180,27 +182,39 @@ def _flex_limit_record(compiles: list[dict[str, Any]]) -> dict[str, Any] | None:
     return (flex or limits or [None])[-1]
 
 
+def _graph_backend(backend: str | None, compile_calls: list[CompileCall]) -> Cause:
+    """A graph of a non-Inductor backend called the kernel, seen from the kernel's side only: the
+    user's compile calls tell a flex wrapper's backend from a whole region's; without them, the fix
+    names both."""
+    dense = [c for c in compile_calls if c.backend in DENSE_BACKENDS and (backend is None or c.backend == backend)]
+    if dense and "flex" in dense[0].target:
+        return _wrapper_backend(dense[0].backend, dense[0].at)
+    if dense:
+        return _model_backend(dense[0].backend, dense)
+    return Cause(
+        "eager-backend",
+        "eager backend: the compiled graph that called it was compiled without Inductor (a backend such as eager "
+        "or aot_eager), so flex runs dense",
+        "Compile with the default backend (Inductor): remove `backend='eager'`/`'aot_eager'` from the "
+        "torch.compile that made this graph, the flex_attention wrapper's or the model's around it.",
+    )
+
+
 def _model_backend(backend: str | None, compile_calls: list[CompileCall]) -> Cause:
     """A compiled region of a non-Inductor backend runs every flex call inside it dense, a compiled
     wrapper's too (dynamo inlines the wrapper into the region's graph)."""
     made = [c for c in compile_calls if c.backend == backend] if backend else []
     made = made or [c for c in compile_calls if c.backend in DENSE_BACKENDS]
     call = made[0] if made else None
-    named = backend or (call.backend if call else None)
+    named = backend or (call.backend if call else "eager")
     at = f" at {call.at}" if call else ""
     what = f"`torch.compile({call.target}, backend={call.backend!r})`{at}" if call else "its torch.compile call"
     summary = (
         f"compiled region of backend {named!r}: {what} never reaches Inductor, so every flex_attention call "
         "inside it runs the dense kernel"
-        if named
-        else "a compiled graph of a backend other than Inductor (eager or aot_eager) called the dense kernel"
     )
     plain = f"`torch.compile({call.target if call else 'model'})`"
-    fix = (
-        f"Compile with Inductor: drop `backend={named!r}` from {what} ({plain}). "
-        if named
-        else "Compile the region that calls flex_attention with the default backend (Inductor). "
-    )
+    fix = f"Compile with Inductor: drop `backend={named!r}` from {what} ({plain}). "
     fix += (
         "A compiled flex_attention wrapper inside it does not help: dynamo inlines it into the region's graph, "
         "which the same backend compiles."

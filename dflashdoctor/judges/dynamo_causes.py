@@ -1,9 +1,8 @@
-"""Why a "compiled" flex_attention still ran dense, read from dynamo's compile records, said once.
+"""Dynamo's compile records, read: which record is a recompile-limit fallback or a skipped frame,
+the name of the frame it is about, and the guard that kept failing, in the user's words.
 
-Shared by every judge and by `dflashdoctor.testing`: a recompile-limit failure and an exception that
-got a frame skipped are the two silent fallbacks to eager; a wrapper compiled with a backend that
-never reaches Inductor is the third way to run the dense kernels under torch.compile. The sentences
-and fixes live here so that a report, a run and a failing test say the same thing.
+Shared by every judge and by `dflashdoctor.testing`; the causes and fixes built on them live in
+dense_cause.py, so that a report, a run and a failing test say the same thing.
 """
 
 from __future__ import annotations
@@ -23,33 +22,6 @@ _COMPILE_ID_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
 _LOCATION = re.compile(r"(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$")
 _IMPORTED_GLOBAL = re.compile(r"G\['__import_(\w+?)'\]\.(\w+)")
 _PLAIN_GLOBAL = re.compile(r"G\['(\w+)'\]")
-
-NEVER_COMPILED = "never compiled: flex_attention called directly runs its dense kernel"
-DYNAMO_DISABLED = "dynamo disabled (TORCHDYNAMO_DISABLE=1 or torch._dynamo.config.disable): nothing is compiled"
-UNKNOWN_CAUSE = "unknown: no eager backend, recompile limit or skipped frame was recorded"
-COMPILED_BUT_EAGER = (
-    "a compiled wrapper ran flex_attention as plain Python (a fallback or graph break that dynamo left no "
-    "record of in this process)"
-)
-
-FIX_WRAPPER = (
-    "Call a wrapper made once at import, `_compiled = torch.compile(flex_attention)`, instead of "
-    "flex_attention itself (or compile the module that calls it)."
-)
-FIX_BACKEND = "Compile flex_attention with the default backend: `torch.compile(flex_attention)`."
-FIX_RECOMPILE_LIMIT = (
-    "Do not read changing Python numbers in score_mod/mask_mod: capture them as tensors "
-    "(e.g. `limit = torch.tensor(n, device=...)` in the closure) so the graph is reused. "
-    "Raising recompile_limit only moves the cliff. Set "
-    "`torch._dynamo.config.fail_on_recompile_limit_hit = True` so a run fails fast instead "
-    "of silently running dense."
-)
-FIX_SKIPPED_FRAME = (
-    "Fix the call so it does not raise (here: pass the arguments the first attempt lacked) "
-    "instead of catching and retrying. If a process must recover, call "
-    "`torch._dynamo.reset()` before the next compiled call."
-)
-FIX_DYNAMO_DISABLED = "Unset TORCHDYNAMO_DISABLE (and torch._dynamo.config.disable) for training runs."
 
 
 def recompile_limit_record(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -75,25 +47,6 @@ def is_recompile_limit(record: dict[str, Any]) -> bool:
 
 def is_skipped_frame(record: dict[str, Any]) -> bool:
     return bool(record.get("fail_type")) and bool(RAISED.search(record.get("fail_reason") or ""))
-
-
-def eager_backend_cause(backend: str | None) -> str:
-    """`backend` None: a compiled graph called the dense kernel, under a backend not known by name."""
-    if backend:
-        return f"eager backend: torch.compile(backend={backend!r}) never reaches Inductor, so flex runs dense"
-    return (
-        "eager backend: the compiled graph that called it was compiled without Inductor (a backend such as "
-        "eager or aot_eager), so flex runs dense"
-    )
-
-
-def recompile_limit_cause(record: dict[str, Any]) -> str:
-    reason = first_line(record.get("fail_reason"), "")
-    return f"recompile limit: dynamo gave up on `{record.get('co_name')}` and runs it eagerly ({reason})"
-
-
-def skipped_frame_cause(record: dict[str, Any]) -> str:
-    return f"skipped frame: `{record.get('co_name')}` raised while compiling; dynamo runs it eagerly from then on"
 
 
 def raised_exception(record: dict[str, Any]) -> str | None:

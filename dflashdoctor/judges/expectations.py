@@ -1,6 +1,6 @@
 """Judges a block of the user's own test (`dflashdoctor.testing`): its observations in, findings out.
 
-The causes and fixes are the other judges' own (dynamo_causes.py, autotuners.py), so a failing test
+The causes and fixes are the other judges' own (dense_cause.py, autotuners.py), so a failing test
 reads like `dflashdoctor check-compile` or `run` would on the same code.
 """
 
@@ -11,24 +11,13 @@ from typing import Any
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.autotuners import concurrent_entry_findings
 from dflashdoctor.judges.base import size_text
+from dflashdoctor.judges.dense_cause import FIX_SKIPPED_FRAME, DenseCall, explain, recompile_limit
 from dflashdoctor.judges.dynamo_causes import (
-    COMPILED_BUT_EAGER,
-    DYNAMO_DISABLED,
-    FIX_BACKEND,
-    FIX_DYNAMO_DISABLED,
-    FIX_RECOMPILE_LIMIT,
-    FIX_SKIPPED_FRAME,
-    FIX_WRAPPER,
-    NEVER_COMPILED,
-    UNKNOWN_CAUSE,
-    eager_backend_cause,
     frame_name,
     is_recompile_limit,
     is_skipped_frame,
     last_guard,
     raised_exception,
-    recompile_limit_cause,
-    skipped_frame_cause,
     why_the_guard_recompiles,
 )
 from dflashdoctor.observations import BlockObservations, DenseEvent
@@ -58,32 +47,12 @@ def _fallbacks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if is_recompile_limit(r) or is_skipped_frame(r)]
 
 
-def _fallback_cause(records: list[dict[str, Any]], known_file: str | None) -> tuple[str, str] | None:
-    """The latest recompile-limit or skipped-frame record, as a cause and its fix."""
-    for record in reversed(_fallbacks(records)):
-        named = {**record, "co_name": frame_name(record, records)}
-        if is_recompile_limit(record):
-            guard = last_guard(records, record, known_file)
-            return f"{recompile_limit_cause(named)}; the guard that kept failing: `{guard.expression}`", (
-                FIX_RECOMPILE_LIMIT
-            )
-        return skipped_frame_cause(named), FIX_SKIPPED_FRAME
-    return None
-
-
 def dense_cause(event: DenseEvent, block: BlockObservations) -> tuple[str, str]:
-    """Why this dense kernel ran, and the fix: from its route (flex_dense.ROUTES) and from dynamo's
-    records, the block's own after those from before it."""
-    if block.dynamo_disabled:
-        return DYNAMO_DISABLED, FIX_DYNAMO_DISABLED
-    if event.route == "raw":
-        return NEVER_COMPILED, FIX_WRAPPER
-    if event.route == "graph":
-        return eager_backend_cause(None), FIX_BACKEND
-    cause = _fallback_cause([*block.earlier_compiles, *block.compiles], (event.site or {}).get("file"))
-    if cause is not None:
-        return cause
-    return (COMPILED_BUT_EAGER if event.route == "compiled-eager" else UNKNOWN_CAUSE), FIX_WRAPPER
+    """Why this dense kernel ran, and the fix: the cause model every judge uses, on the event's route
+    and on dynamo's records, the block's own after those from before it."""
+    call = DenseCall(route=event.route, known_file=(event.site or {}).get("file"))
+    cause = explain(call, [*block.earlier_compiles, *block.compiles], [], dynamo_disabled=block.dynamo_disabled)
+    return cause.summary, cause.fix
 
 
 def dense_findings(block: BlockObservations) -> list[Finding]:
@@ -141,7 +110,7 @@ def fallback_findings(block: BlockObservations) -> list[Finding]:
                     + f". {why_the_guard_recompiles(guard)}It gave up {when}; {then}",
                     where=guard.where,
                     evidence={"guard": guard.expression, "record": record},
-                    fix=FIX_RECOMPILE_LIMIT,
+                    fix=recompile_limit(records, record, [], None).fix,
                 )
             )
         else:

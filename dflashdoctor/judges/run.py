@@ -244,11 +244,13 @@ class ProcessJudge(Judge):
 
 
 def _worth_a_section(log: ProcessLog) -> bool:
-    """A rank, or a process that trained, ran attention, raised or ran out of memory; helpers that
-    only imported torch (Inductor's compile workers) are listed in the run's measurements instead."""
+    """A rank, or a process that trained, ran attention, broke a compiled graph, raised or ran out of
+    memory; helpers that only imported torch (Inductor's compile workers) are listed in the run's
+    measurements instead."""
     obs = (log.snapshot or {}).get("observations", {})
     script = obs.get("traced_script") or {}
     busy = log.steps or log.dense or script.get("sites") or script.get("flex_sites") or obs.get("autotuner_overlaps")
+    busy = busy or obs.get("graph_breaks")
     return log.rank is not None or bool(busy or log.exceptions or log.ooms or log.agent_errors)
 
 

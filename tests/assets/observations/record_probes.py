@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 OUT = Path(__file__).parent / "cpu"
 TARGETS = ROOT / "tests" / "targets"
+REALWORLD = ROOT / "tests" / "realworld"  # real-code cases (tests/integration/test_realworld.py)
 FAULTS = "dflashdoctor.reference.faults"
 ENTRY = "flex_attention_forward"
 WRAPPER = "dflashdoctor.reference.drafter:_compiled_flex_attention"
@@ -58,6 +59,27 @@ SCENARIOS: dict[str, list[str]] = {
     "trace-eager-wrapper": ["trace-attention", "--drafter", "--drafter-fault", "eager-wrapper", "--device", "cpu"],
     "trace-six-heads": ["trace-attention", "--model", "{six_heads}", "--device", "cpu"],
     "trace-script-raises": ["trace-attention", "--script", str(TARGETS / "hf_script.py"), "--", "--fail"],
+    "trace-hf-graph-breaks": ["trace-attention", "--script", str(TARGETS / "graph_breaks.py"), "--", "hf"],
+    "trace-script-graph-breaks": ["trace-attention", "--script", str(TARGETS / "graph_breaks.py"), "--", "print"],
+    "realworld-llama-aot-eager": [
+        "trace-attention",
+        "--script",
+        str(REALWORLD / "hf_llama_compiled.py"),
+        "--",
+        "--backend",
+        "aot_eager",
+    ],
+    "realworld-llama-static-grow": [
+        "trace-attention",
+        "--script",
+        str(REALWORLD / "hf_llama_compiled.py"),
+        "--",
+        "--static",
+        "--grow",
+    ],
+    "realworld-packed-static": ["trace-attention", "--script", str(REALWORLD / "packed_static.py")],
+    "realworld-prefix-lm-global": ["trace-attention", "--script", str(REALWORLD / "prefix_lm_global.py")],
+    "realworld-titan-rebound": ["trace-attention", "--script", str(REALWORLD / "titan_rebound.py"), "--", "--rebind"],
     "race-stub": ["race"],
     "env-hazard": ["env"],
 }
