@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dflashdoctor.budgets import Budgets
-from tests.unit.recorded import codes, documented, found, judged, observations
+from tests.unit.recorded import codes, documented, found, judged
 
 CASES = {
     "bypasses-wrapper": "cpu/trace-hf-flex-path",
