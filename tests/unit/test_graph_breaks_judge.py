@@ -18,6 +18,7 @@ from tests.unit.recorded import documented, judged, observations, raw
 
 CASES = {"graph-break": "cpu/trace-hf-graph-breaks"}
 SCRIPT = TARGETS / "graph_breaks.py"
+TAIL = "tests/targets/graph_breaks.py"
 
 
 def _line(marker: str) -> int:
@@ -52,9 +53,9 @@ def test_the_hf_model_break_is_the_known_hazard_at_transformers_line():
 
 def test_a_user_break_names_the_users_line_and_the_fix_for_its_reason():
     (found,) = documented(judged("cpu/trace-script-graph-breaks"), "graph-break")
-    where = found.where
-    assert (where.file, where.line, where.function) == (str(SCRIPT), _line("# the print line"), "helper")
-    assert found.evidence["entry"].startswith(f"{SCRIPT}:") and found.evidence["entry"].endswith(" in with_print")
+    where, entry = found.where, found.evidence["entry"]  # recorded in another checkout: compare from tests/ on
+    assert where.file.endswith(TAIL) and (where.line, where.function) == (_line("# the print line"), "helper")
+    assert entry.split(":")[0].endswith(TAIL) and entry.endswith(" in with_print")
     assert found.evidence["breaks"] == 2 and "known_cause" not in found.evidence
     assert "print() call" in found.title and "print" in found.fix and "reorderable_logging_functions" in found.fix
     assert "TORCH_LOGS" not in found.fix
