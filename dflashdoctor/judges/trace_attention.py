@@ -15,7 +15,7 @@ from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, count_text, size_text
 from dflashdoctor.judges.dense_cause import Cause, CompileCall, DenseCall, explain
-from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding
+from dflashdoctor.judges.fla import fla_guard_finding, fla_import_stopped_finding, fla_not_usable_finding
 from dflashdoctor.judges.tables import call_site_charts, call_site_table
 from dflashdoctor.observations import DenseEvent, TraceAttentionObservations
 from dflashdoctor.report import Finding, ProbeResult, Where
@@ -40,6 +40,12 @@ def _origin(file: str | None) -> str:
         if package in parts and "site-packages" in parts:
             return package
     return "user code" if "site-packages" not in parts else "other package"
+
+
+def _layer_tally(layers: list[dict[str, Any]]) -> str:
+    """How many layers of each kind ran (or are set up to run) through each implementation."""
+    tally = Counter((layer["kind"], layer["impl"]) for layer in layers)
+    return ", ".join(f"{n} {kind} via {impl}" for (kind, impl), n in tally.items())
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -137,11 +143,27 @@ _MERGED_KEYS = ("calls", "compiled_into_graphs", "dense_forward", "dense_backwar
 _MAX_KEYS = ("score_matrix_bytes", "dense_forward_peak_bytes", "dense_backward_peak_bytes")
 
 
+def _without_second_sightings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Under `run` transformers binds the flex-call recorder's stand-in, so a layer traced into a
+    compiled graph is seen twice: through the attention interface and as a raw call from
+    transformers' own file. The interface row is the layer's (it claimed the dense kernels); the
+    other is dropped, keeping the larger graph count."""
+    interface = {r["module"]: r for r in rows if r["path"] == "transformers-interface" and r["module"]}
+    kept = []
+    for row in rows:
+        twin = interface.get(row["module"]) if row["path"] == "raw-flex" and row["origin"] == "transformers" else None
+        if twin is None or _ran_dense(row):
+            kept.append(row)
+            continue
+        twin["compiled_into_graphs"] = max(twin["compiled_into_graphs"] or 0, row["compiled_into_graphs"] or 0)
+    return kept
+
+
 def merge_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per layer (or per line, for module-less calls) and path: a layer traced into an outer
     graph and also called eagerly (after a fallback, or in another phase) is one row, with both counts."""
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in rows:
+    for row in _without_second_sightings(rows):
         key = (
             row["path"],
             row["impl"],
@@ -265,12 +287,12 @@ class TraceAttentionJudge(Judge):
     def _layers_from_the_tree(self) -> None:
         """A layer hook sees that a layer ran, not which kernel: its row takes the implementation the
         probe read from the layer (the FLA kernel or transformers' torch fallback)."""
-        ran = {layer["module"]: layer for layer in (self.model or {}).get("layers", []) if layer.get("ran")}
+        ran = {layer["module"]: layer for layer, _ in self._listed_layers() if layer.get("ran")}
         for row in self.sites:
             layer = ran.get(row["module"])
             if layer is not None and row["impl"] == "module-forward":
                 row["impl"] = layer["impl"]
-                row["via"] = f"module forward ({layer['class']}): {layer['impl']}"
+                row["via"] = f"{row['via']}: {layer['impl']}"  # after the outer region's words, if any
 
     def _layers_not_run(self) -> list[dict[str, Any]]:
         """The layers a raising step never reached, as the module tree configures them, so that the
@@ -282,11 +304,17 @@ class TraceAttentionJudge(Judge):
                 path="module-tree",
                 via=f"module tree ({layer['class']}): configured {layer['configured']}",
                 impl=layer["configured"],
-                verdict="did not run: the step stopped before it",
+                verdict=f"did not run: {why}",
             )
-            for layer in (self.model or {}).get("layers", [])
+            for layer, why in self._listed_layers()
             if not layer.get("ran")
         ]
+
+    def _listed_layers(self) -> list[tuple[dict[str, Any], str]]:
+        """Every attention layer read from a module tree: the model's, then those of the transformers
+        models the script built; each with why it would not have run."""
+        model = [(layer, "the step stopped before it") for layer in (self.model or {}).get("layers", [])]
+        return model + [(layer, "not reached in the script") for layer in (self.script or {}).get("layers", [])]
 
     def _instrumentation(self) -> None:
         parts = self.observations.parts()
@@ -341,8 +369,7 @@ class TraceAttentionJudge(Judge):
     def _layers(self) -> None:
         layers = self.model["layers"]
         self.measurements["layers"] = layers
-        tally = Counter((layer["kind"], layer["impl"]) for layer in layers)
-        summary = ", ".join(f"{n} {kind} via {impl}" for (kind, impl), n in tally.items())
+        summary = _layer_tally(layers)
         ran = sum(1 for layer in layers if layer.get("ran"))
         ran_text = "all ran" if ran == len(layers) else f"{ran} ran before the step stopped; the rest as configured"
         self._check("layers", "info", f"{len(layers)} attention layers ({ran_text}): {summary}")
@@ -383,10 +410,58 @@ class TraceAttentionJudge(Judge):
     def _script(self) -> None:
         script = self.script
         self.measurements["script"] = script["script"]
+        self._script_layers()
+        if self._script_fla():
+            return
         if script.get("error"):
             self._raised("script", script["script"], script["error"], Where(file=script["script"]))
         else:
             self._check("script", "pass", f"{script['script']} ran to the end")
+
+    def _script_layers(self) -> None:
+        """The attention layers of the transformers models the script built, listed as a preset's are."""
+        layers = self.script.get("layers") or []
+        if not layers:
+            return
+        self.measurements["script_layers"] = layers
+        ran = sum(1 for layer in layers if layer.get("ran"))
+        ran_text = "all ran" if ran == len(layers) else f"{ran} ran"
+        self._check(
+            "script layers",
+            "info",
+            f"{len(layers)} attention layers in the models the script built ({ran_text}): {_layer_tally(layers)}",
+        )
+
+    def _script_fla(self) -> bool:
+        """FLA as the script met it, diagnosed as for a preset: installed where its kernels cannot run
+        (the trace kept it out; said once when the model part says it too), the script's own import
+        of FLA stopped by that, or FLA's own guard refusing a kernel here. True when that is why the
+        script stopped: the environment, not the script, so no `target-raised`."""
+        script = self.script
+        fla = script.get("fla") or {}
+        stopped = script.get("fla_import_stopped")
+        refused = script.get("fla_refused")
+        model_fla = (self.model or {}).get("fla") or {}
+        if stopped:
+            self.findings.append(fla_import_stopped_finding(stopped, fla))
+            self._check(
+                "script",
+                "warn",
+                f"{script['script']} stopped at its own import of FLA, kept out here",
+                "kernel-unavailable",
+            )
+        elif refused:
+            guard = refused["guard"]
+            self.findings.append(fla_guard_finding(guard, fla, during=refused["stage"]))
+            self._check(
+                "script",
+                "warn",
+                f"FLA refuses `{guard['function']}` on this machine; {refused['stage']} stopped there",
+                "kernel-unavailable",
+            )
+        elif fla and not fla["usable"] and not (model_fla and not model_fla["usable"]):
+            self.findings.append(fla_not_usable_finding(fla, traced=True))
+        return bool(stopped or refused)
 
     def _raised(self, check: str, what: str, error: dict[str, Any], where: Where | None) -> None:
         first_line = (error["message"].strip().splitlines() or [""])[0]

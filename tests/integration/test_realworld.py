@@ -141,3 +141,24 @@ def test_trace_attention_names_the_cause_site_and_fix(case: Case, cli, tmp_path:
     for found in run.findings("dense-forward"):
         assert all(text in found["fix"] for text in case.fix_says), found["fix"]
         assert f"{case.script}:{case.change_line}" in found["detail"], found["detail"]
+
+
+RUN_CASES = [c for c in CASES if c.script == "hf_llama_compiled.py"]
+
+
+@pytest.mark.parametrize("case", RUN_CASES, ids=[c.id for c in RUN_CASES])
+def test_run_gives_one_row_per_layer_with_the_same_cause(case: Case, cli):
+    """Under `run` transformers binds the recorder's stand-in, so a compiled layer is seen by two
+    recorders; the process section still lists each layer once, dense layers never fused."""
+    run = cli("run", "--", sys.executable, str(CASES_DIR / case.script), *case.args)
+    assert run.code == (1 if case.dense_layers else 0), run.stdout + run.stderr
+    (process,) = [r for r in run.report["results"] if r["probe"] != "run"]
+    rows = [row for row in process["measurements"]["call_sites"] if row["impl"] == "flex_attention"]
+    names = [_name(row) for row in rows]
+    assert sorted(names) == sorted(case.dense_layers | case.fused_layers)
+    for row in rows:
+        dense = bool(row["dense_forward"])
+        assert dense == (row["module"] in case.dense_layers) and (row["verdict"] == "fused") != dense
+        assert row.get("cause_kind") == (case.cause if dense else None)
+    (note,) = [f for f in process["findings"] if f["code"] == "hf-internal-flex-path"]
+    assert sorted(note["evidence"]["modules"]) == sorted(LLAMA_LAYERS)
