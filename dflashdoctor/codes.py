@@ -27,6 +27,11 @@ CODES: dict[str, tuple[Severity, str]] = {
     "numeric-mismatch": ("error", "compiled output disagrees with the reference beyond tolerance"),
     "backward-not-checked": ("info", "no backward check was possible (e.g. flex backward is unsupported on CPU)"),
     "target-raised": ("error", "the target raised an exception when called with valid inputs"),
+    "kernel-out-of-resources": (
+        "error",
+        "a Triton kernel needs more shared memory (or another per-block resource) than this GPU has: "
+        "names the kernel, the limit and the kernel_options that fit",
+    ),
     "oom": ("error", "the run ran out of memory; evidence names the last attention calls and memory"),
     "env-hazard": ("warning", "a variable that is set makes training slow or silently uncompiled"),
     "bytecode-not-cached": (

@@ -26,6 +26,7 @@ from dflashdoctor.judges.dynamo_causes import (
     skipped_frame_record,
     why_the_guard_recompiles,
 )
+from dflashdoctor.judges.kernel_resources import OutOfResources, out_of_resources_finding
 from dflashdoctor.judges.tables import shape_subject
 from dflashdoctor.observations import CheckCompileObservations
 from dflashdoctor.probe_support import first_line
@@ -152,6 +153,14 @@ class CheckCompileJudge(Judge):
                 self._check("call", "info", called_as)
             return
         message = first_line(error["message"], "")
+        resources = OutOfResources.read(error["message"], error.get("traceback") or "")
+        if resources is not None:
+            where = _where(error.get("where"))
+            self.findings.append(out_of_resources_finding(resources, f"phase {error['phase']}", where))
+            self._check(
+                "call", "fail", f"a kernel does not fit this GPU ({resources.resource})", "kernel-out-of-resources"
+            )
+            return
         self.findings.append(
             finding(
                 "target-raised",

@@ -17,6 +17,7 @@ from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.autotuners import concurrent_entry_findings, user_frame
 from dflashdoctor.judges.base import Judge, frame_where, size_text
+from dflashdoctor.judges.kernel_resources import OutOfResources, out_of_resources_finding
 from dflashdoctor.judges.known_causes import known_cause
 from dflashdoctor.judges.plots import step_plots
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
@@ -102,6 +103,11 @@ class ProcessJudge(Judge):
                 continue  # a KeyboardInterrupt of a run the doctor stopped is the stop itself
             seen.add(key)
             module = f" in {exc['module']}" if exc.get("module") else ""
+            resources = OutOfResources.read(exc["message"], exc.get("traceback") or "")
+            if resources is not None:
+                where = Where(**exc["where"], module=exc.get("module")) if exc.get("where") else None
+                self.findings.append(out_of_resources_finding(resources, f"thread {exc['thread']}", where))
+                continue
             known = known_cause(exc["message"], exc.get("raised_at"))
             evidence = {k: exc.get(k) for k in ("type", "message", "thread", "module", "raised_at", "traceback")}
             self.findings.append(

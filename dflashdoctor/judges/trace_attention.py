@@ -16,6 +16,7 @@ from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, count_text, size_text
 from dflashdoctor.judges.dense_cause import Cause, CompileCall, DenseCall, explain
 from dflashdoctor.judges.fla import fla_guard_finding, fla_import_stopped_finding, fla_not_usable_finding
+from dflashdoctor.judges.kernel_resources import OutOfResources, out_of_resources_finding
 from dflashdoctor.judges.tables import call_site_charts, call_site_table
 from dflashdoctor.observations import DenseEvent, TraceAttentionObservations
 from dflashdoctor.report import Finding, ProbeResult, Where
@@ -464,6 +465,13 @@ class TraceAttentionJudge(Judge):
         return bool(stopped or refused)
 
     def _raised(self, check: str, what: str, error: dict[str, Any], where: Where | None) -> None:
+        resources = OutOfResources.read(error["message"], error.get("traceback") or "")
+        if resources is not None:
+            self.findings.append(out_of_resources_finding(resources, what, where))
+            self._check(
+                check, "fail", f"a kernel does not fit this GPU ({resources.resource})", "kernel-out-of-resources"
+            )
+            return
         first_line = (error["message"].strip().splitlines() or [""])[0]
         self.findings.append(
             finding(
