@@ -303,7 +303,8 @@ def test_outer_region_with_eager_backend_is_dense_at_the_call_inside(cli):
     (dense,) = run.findings("dense-forward")
     assert (dense["where"]["module"], dense["where"]["line"]) == ("Block", 16)
     assert dense["evidence"]["verdict"] == "dense despite compile"
-    assert dense["evidence"]["cause"].startswith("eager backend")
+    assert dense["evidence"]["cause_kind"] == "model-backend" and "torch.compile(Block" in dense["fix"]
+    assert "backend='eager'" in dense["fix"] and "does not help" in dense["fix"]
     assert dense["evidence"]["dense_forward"] == 2  # two calls at run time, one graph
 
 

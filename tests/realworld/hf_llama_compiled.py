@@ -3,7 +3,8 @@ attn_implementation="flex_attention", compiled as a model: `--backend aot_eager`
 (every layer runs flex dense, and a compiled flex wrapper would not help), `--backend inductor` its
 healthy twin. `--grow` feeds a growing sequence length, `--static` compiles with dynamic=False: with
 both, every length is a new graph until dynamo's recompile limit (lowered here to 3 to keep the case
-short; training code has 8 or more) makes it run eagerly, and flex dense.
+short; training code has 8 or more) makes it run eagerly, and flex dense. On a GPU, `--device cuda
+--train --seq 4096 --layers 4` runs forward and backward at a training shape (bf16).
 """
 
 import argparse
@@ -15,24 +16,35 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--backend", default="inductor")
 parser.add_argument("--static", action="store_true")
 parser.add_argument("--grow", action="store_true")
+parser.add_argument("--device", default="cpu")
+parser.add_argument("--train", action="store_true", help="forward and backward (flex has no CPU backward)")
+parser.add_argument("--seq", type=int, default=32)
+parser.add_argument("--layers", type=int, default=2)
+parser.add_argument("--steps", type=int, default=2)
 args = parser.parse_args()
 
 torch._dynamo.config.recompile_limit = 3
+gpu = args.device == "cuda"
 config = LlamaConfig(
-    hidden_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
+    hidden_size=1024 if gpu else 64,
+    num_hidden_layers=args.layers,
+    num_attention_heads=8 if gpu else 4,
     num_key_value_heads=2,
-    head_dim=16,
-    intermediate_size=128,
-    vocab_size=256,
+    head_dim=128 if gpu else 16,
+    intermediate_size=2048 if gpu else 128,
+    vocab_size=1024 if gpu else 256,
 )
-model = AutoModelForCausalLM.from_config(config, attn_implementation="flex_attention").eval()
+dtype = torch.bfloat16 if gpu else torch.float32
+model = AutoModelForCausalLM.from_config(config, attn_implementation="flex_attention", dtype=dtype).to(args.device)
+model.train(args.train)
 if args.static:
     model = torch.compile(model, backend=args.backend, dynamic=False)
 else:
     model = torch.compile(model, backend=args.backend)
-lengths = [16 + 8 * i for i in range(5)] if args.grow else [32, 32]
-with torch.no_grad():  # flex_attention has no CPU backward
+lengths = [args.seq // 2 + 8 * i for i in range(5)] if args.grow else [args.seq] * args.steps
+with torch.set_grad_enabled(args.train):
     for length in lengths:
-        model(input_ids=torch.randint(0, 256, (1, length)))
+        ids = torch.randint(0, config.vocab_size, (1, length), device=args.device)
+        out = model(input_ids=ids, labels=ids if args.train else None)
+        if args.train:
+            out.loss.backward()

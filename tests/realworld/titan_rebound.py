@@ -3,7 +3,7 @@
 flex_attention as a class attribute and calls it by the class's name. Written here in our own words,
 tiny sizes. `--rebind` is the faulty case: the class attribute is later rebound to the raw
 flex_attention (as a debugging switch or a test harness does), so every call runs dense while the
-call line still reads "compiled"; without it, the healthy twin.
+call line still reads "compiled"; without it, the healthy twin. `--device cuda` runs it on a GPU.
 """
 
 import sys
@@ -48,6 +48,7 @@ class Model(torch.nn.Module):
 if "--rebind" in sys.argv:
     FlexAttentionWrapper._compiled_flex_attn = flex_attention
 
-mask = create_block_mask(causal, None, None, 128, 128, device="cpu")
+device = "cuda" if "cuda" in sys.argv else "cpu"
+mask = create_block_mask(causal, None, None, 128, 128, device=device)
 with torch.no_grad():
-    Model()(torch.randn(1, 128, 64), mask)
+    Model().to(device)(torch.randn(1, 128, 64, device=device), mask)
