@@ -25,16 +25,11 @@ from typing import Any
 import torch
 
 from dflashdoctor import probe_support
-from dflashdoctor.fla_guards import FlaGuard, fla_kept_out, fla_state, refusing_guard
+from dflashdoctor.fla_guards import FlaGuard, fla_kept_out, fla_state, fla_unusable_on, refusing_guard
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch
 from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
-from dflashdoctor.hooks.hf_attention import (
-    HFAttentionRecorder,
-    is_attention_module,
-    is_linear_attention_module,
-    kernel_impl,
-)
+from dflashdoctor.hooks.hf_attention import TORCH_FALLBACK, HFAttentionRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config, drafter_dimensions, is_frozen_target
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
@@ -72,43 +67,6 @@ def _build(make_config: Callable[[], Any], device: str, dtype: torch.dtype) -> t
             refusal = str(exc).split(". ")[0]
             model = AutoModelForCausalLM.from_config(make_config(), dtype=dtype)
     return model, refusal
-
-
-def _planned_layers(model: torch.nn.Module, model_config: Any) -> list[dict[str, Any]]:
-    """One row per attention layer, from the module tree before anything runs: its kind (the config's
-    layer types, else the class) and the implementation it is set up to use (a linear-attention
-    layer's bound kernel, else the configured attention implementation). A step that raises later
-    leaves every row in place; `_confirm` records what really ran."""
-    layer_types = getattr(model_config, "layer_types", None) or []
-    rows: list[dict[str, Any]] = []
-    outer: list[str] = []
-    for name, module in model.named_modules():
-        if not is_attention_module(module) or any(name.startswith(f"{o}.") for o in outer):
-            continue
-        outer.append(name)
-        index = getattr(module, "layer_idx", None)
-        linear = is_linear_attention_module(module)
-        kind = layer_types[index] if isinstance(index, int) and index < len(layer_types) else None
-        kind = kind or ("linear_attention" if linear else "full_attention")
-        configured = kernel_impl(module) if linear else None
-        configured = configured or model_config._attn_implementation
-        rows.append(
-            {"module": name, "class": type(module).__name__, "kind": kind, "configured": configured, "impl": configured}
-            | {"ran": False, "calls": 0}
-        )
-    return rows
-
-
-def _confirm(rows: list[dict[str, Any]], recorder: HFAttentionRecorder) -> None:
-    """Each row as it ran: the implementation that took its calls (a layer hook records a linear-
-    attention layer's bound kernel), and how many calls."""
-    by_name = {row["module"]: row for row in rows}
-    for site in recorder.sites.values():
-        row = by_name.get(site.module)
-        if row is None:
-            continue
-        impl = row["configured"] if site.impl == "module-forward" else site.impl  # a layer hook: its bound kernel
-        row.update(ran=True, impl=impl, calls=row["calls"] + site.calls)
 
 
 def _why_no_backward(model: torch.nn.Module, device: str, impl: str) -> str | None:
@@ -150,7 +108,6 @@ def _trace_model(config: dict[str, Any], device: str, dense: DenseFlexRecorder, 
     backward = no_backward is None
     model.train(backward)
     namer.add_root(model)
-    layers = _planned_layers(model, model_config)
     seq_len = config["seq_len"]
     generator = torch.Generator().manual_seed(0)
     error = refused = None
@@ -172,7 +129,6 @@ def _trace_model(config: dict[str, Any], device: str, dense: DenseFlexRecorder, 
                 refused = {"guard": guard.to_dict(), "stage": stage, "error": _error_record(exc)}
             else:
                 error = _error_record(exc)
-    _confirm(layers, recorder)
     return {
         "error": error,
         "fla_refused": refused,
@@ -187,18 +143,22 @@ def _trace_model(config: dict[str, Any], device: str, dense: DenseFlexRecorder, 
         "backward": backward,
         "seq_len": seq_len,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "layers": layers,
+        "layers": recorder.layers(),
         "sites": [site.to_dict() for site in recorder.sites.values()],
         "hook_unavailable": recorder.unavailable,
     }
 
 
 def _error_record(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": traceback.format_exc()[-4000:]}
+    if isinstance(exc, SystemExit):
+        return {"type": "SystemExit", "message": f"exit status {exc.code}", "traceback": ""}
+    trace = "".join(traceback.format_exception(exc))
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": trace[-4000:]}
 
 
-def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Run the user's script as __main__; its globals, and the exception it ended with, if any.
+def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], BaseException | None]:
+    """Run the user's script as __main__; its globals, and the exception it ended with, if any (a
+    SystemExit with a status other than 0).
 
     The namespace is ours, so the globals (and the wrappers bound in them) survive a script that
     raises; sys.argv, sys.path and sys.modules["__main__"] are restored afterwards.
@@ -216,14 +176,14 @@ def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], dict[str, A
     sys.argv = [path, *args]
     sys.path.insert(0, os.path.dirname(path))
     sys.modules["__main__"] = module
-    error = None
+    error: BaseException | None = None
     try:
         exec(code, module.__dict__)
     except SystemExit as exc:
         if exc.code not in (0, None):
-            error = {"type": "SystemExit", "message": f"exit status {exc.code}", "traceback": ""}
+            error = exc
     except Exception as exc:
-        error = _error_record(exc)
+        error = exc
     finally:
         sys.argv, sys.path[:] = saved[0], saved[1]
         if saved[2] is not None:
@@ -232,19 +192,56 @@ def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], dict[str, A
 
 
 def _trace_script(config: dict[str, Any], dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
+    """The user's script, with every transformers model it builds listed and hooked as it is built.
+
+    Where FLA's kernels cannot run (its platform decides: the script picks its own device), FLA is
+    kept from importing for the whole script, as for a preset, so that its models bind transformers'
+    torch fallback; the report says so where it mattered.
+    """
     path = os.path.abspath(config["script"])
     _bind_transformers_first()
     dense.phase = "script"
-    with HFAttentionRecorder(None, dense, namer) as hf, FlexCallRecorder(dense, namer) as flex:
-        namespace, error = _run_script(path, config["script_args"])
+    keep_out = fla_unusable_on("cuda")
+    with (
+        fla_kept_out(when=keep_out),
+        HFAttentionRecorder(None, dense, namer) as hf,
+        FlexCallRecorder(dense, namer) as flex,
+    ):
+        namespace, exc = _run_script(path, config["script_args"])
     flex.name_wrappers({path: namespace})
+    layers = hf.layers()
+    stopped_import = _fla_import_stopped(exc) if keep_out else None
+    fell_back = keep_out and any(layer["configured"] == TORCH_FALLBACK for layer in layers)
+    # FLA's state (its guards cost half a second to read) only where it explains something
+    fla = fla_state() if stopped_import or fell_back or isinstance(exc, RuntimeError) else None
+    guard = refusing_guard(exc, [FlaGuard(**g) for g in fla["guards"]]) if fla and exc else None
     return {
         "script": path,
-        "error": error,
+        "error": _error_record(exc) if exc is not None else None,
+        "fla": fla if stopped_import or fell_back or guard else None,
+        "fla_import_stopped": stopped_import,
+        "fla_refused": {"guard": guard.to_dict(), "stage": "the script part"} if guard else None,
+        "layers": layers,
         "sites": [site.to_dict() for site in hf.sites.values()],
         "flex_sites": [site.to_dict() for site in flex.sites.values()],
         "compile_calls": flex.compile_calls,
         "hook_unavailable": hf.unavailable,
+    }
+
+
+def _fla_import_stopped(exc: BaseException | None) -> dict[str, Any] | None:
+    """Where the script's own import of FLA met the keep-out (transformers catches its own): the
+    innermost frame outside the import machinery, and the statement there."""
+    if not isinstance(exc, ImportError) or (exc.name or "").split(".")[0] != "fla":
+        return None
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    last = frames[-1] if frames else None
+    return {
+        "module": exc.name,
+        "file": last.filename if last else None,
+        "line": last.lineno if last else None,
+        "function": last.name if last else None,
+        "statement": last.line if last else None,
     }
 
 

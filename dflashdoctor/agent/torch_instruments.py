@@ -319,6 +319,7 @@ class TorchInstruments:
             "traced_script": {
                 "script": sys.argv[0] if sys.argv else "",
                 "error": None,
+                "layers": self.hf.layers() if self.hf is not None else [],
                 "sites": [s.to_dict() for s in list(self.hf.sites.values())] if self.hf is not None else [],
                 "flex_sites": [s.to_dict() for s in list(self.flex.sites.values())] if self.flex is not None else [],
                 "compile_calls": list(self.flex.compile_calls) if self.flex is not None else [],

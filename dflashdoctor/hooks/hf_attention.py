@@ -7,18 +7,26 @@ Two sources, both restored on exit:
 - forward hooks on attention modules (softmax attention and linear attention alike) count the
   calls that never reach the interface, such as eager attention or gated DeltaNet layers.
 
-Inside an outer torch.compile region the wrapper only forwards, so that dynamo traces no bookkeeping
-and inserts no graph break; the call is listed at trace time instead (compiled_calls.py).
+The attention layers of the model given, or, without one (a user's script, `run`), of every
+transformers model built while recording (`PreTrainedModel.post_init` is wrapped: it runs once at the
+end of each model's construction, so nothing is paid per step), are listed from the module tree as
+they are built, and hooked; `layers()` says which ran, through what.
+
+Inside an outer torch.compile region the wrapper and the hooks only forward, so that dynamo traces
+no bookkeeping and inserts no graph break; the call is listed at trace time instead (compiled_calls.py).
 
 Probed side: standard library, torch and transformers.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from types import FrameType
 from typing import Any
 
 import torch
@@ -29,6 +37,8 @@ from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 
 _ATTENTION_MODULE = re.compile(r"(Attention|DeltaNet|Mamba|LinearAttn)$")
+_MODULE_FORWARD = "module-forward"  # the impl of a call seen by a layer hook only: the layer's own forward
+TORCH_FALLBACK = "torch fallback"  # a linear-attention layer bound to transformers' own torch code
 
 
 @dataclass(kw_only=True)
@@ -77,72 +87,185 @@ def kernel_impl(module: torch.nn.Module) -> str | None:
     kernels = sorted(p for p in packages if p and p != "transformers")
     if kernels:
         return " + ".join(f"{p} kernel" for p in kernels)
-    return "torch fallback" if packages else None
+    return TORCH_FALLBACK if packages else None
+
+
+def _inside(name: str, prefix: str) -> bool:
+    return not prefix or name == prefix or name.startswith(f"{prefix}.")
+
+
+def planned_layers(root: torch.nn.Module) -> list[tuple[torch.nn.Module, dict[str, Any]]]:
+    """One row per attention layer of `root` (an attention module inside another one is part of it),
+    read from the module tree before anything runs, with the module it describes.
+
+    Each row: the layer's dotted name under `root`, its kind (the layer types of the config of the
+    nearest transformers model holding it, else its class), and the implementation it is set up to
+    use (a linear-attention layer's bound kernel, else that config's attention implementation).
+    A step that raises later leaves every row in place; `HFAttentionRecorder.layers` says what ran.
+    """
+    from transformers.modeling_utils import PreTrainedModel
+
+    owners: list[tuple[str, Any]] = []  # the transformers models holding the current module, outermost first
+    outer: list[str] = []
+    kernels: dict[type, str | None] = {}  # kernel_impl walks the layer's modeling module: once per class
+    planned: list[tuple[torch.nn.Module, dict[str, Any]]] = []
+    for name, module in root.named_modules():
+        while owners and not _inside(name, owners[-1][0]):
+            owners.pop()
+        if isinstance(module, PreTrainedModel):
+            owners.append((name, module.config))
+        if not is_attention_module(module) or any(_inside(name, o) for o in outer):
+            continue
+        outer.append(name)
+        config = owners[-1][1] if owners else None
+        layer_types = getattr(config, "layer_types", None) or []
+        index = getattr(module, "layer_idx", None)
+        linear = is_linear_attention_module(module)
+        kind = layer_types[index] if isinstance(index, int) and index < len(layer_types) else None
+        kind = kind or ("linear_attention" if linear else "full_attention")
+        if linear and type(module) not in kernels:
+            kernels[type(module)] = kernel_impl(module)
+        configured = (kernels[type(module)] if linear else None) or getattr(config, "_attn_implementation", None)
+        row = {"module": name, "class": type(module).__name__, "kind": kind, "configured": configured}
+        planned.append((module, row | {"impl": configured, "ran": False, "calls": 0}))
+    return planned
 
 
 class HFAttentionRecorder:
     def __init__(self, model: torch.nn.Module | None, dense: DenseFlexRecorder, namer: ModuleNamer) -> None:
-        """`model` None: record interface calls only (a user script, whose models we do not know)."""
+        """`model` None: every transformers model built while recording is listed and hooked as it is
+        built (a user script, `run`: their models are made after recording starts)."""
         self.model = model
         self.dense = dense
         self.namer = namer
-        self.sites: dict[tuple[str, str], SiteRecord] = {}
+        self.sites: dict[tuple[str, ...], SiteRecord] = {}
         self.unavailable: str | None = None
         self._saved: dict[str, Callable[..., Any]] = {}
         self._hooks: list[Any] = []
         self._interface: Any = None
-        self._via_interface: set[int] = set()
+        self._via_interface: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        self._hooked: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        # every attention layer listed, in the order built; a row outlives its model (a script's
+        # model freed when its function returns is still reported)
+        self._layers: list[dict[str, Any]] = []
+        self._rows: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self._post_init: tuple[type, Callable[..., Any]] | None = None
+        self._layer_hook = self._make_layer_hook()
 
     def __enter__(self) -> HFAttentionRecorder:
         try:
-            from transformers.modeling_utils import AttentionInterface
+            from transformers.modeling_utils import AttentionInterface, PreTrainedModel
         except ImportError as exc:
             self.unavailable = f"transformers has no AttentionInterface here: {exc}"
+            return self
+        mapping = getattr(AttentionInterface, "_global_mapping", None)
+        if isinstance(mapping, dict):
+            self._interface = mapping
+            for key, fn in list(mapping.items()):
+                self._saved[key] = fn
+                mapping[key] = self._wrap(key, fn)
         else:
-            mapping = getattr(AttentionInterface, "_global_mapping", None)
-            if isinstance(mapping, dict):
-                self._interface = mapping
-                for key, fn in list(mapping.items()):
-                    self._saved[key] = fn
-                    mapping[key] = self._wrap(key, fn)
-            else:
-                self.unavailable = "AttentionInterface has no _global_mapping on this transformers"
-        for module in self.model.modules() if self.model is not None else ():
-            if is_attention_module(module):
-                self._hooks.append(module.register_forward_hook(self._module_called))
+            self.unavailable = "AttentionInterface has no _global_mapping on this transformers"
+        if self.model is not None:
+            self._adopt(self.model)
+        else:
+            self._watch_models(PreTrainedModel)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._interface is not None:
             self._interface.update(self._saved)
+        if self._post_init is not None:
+            owner, original = self._post_init
+            owner.post_init = original  # type: ignore[attr-defined]
+            self._post_init = None
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
 
-    def _site(self, module: torch.nn.Module, impl: str) -> SiteRecord:
-        name = self.namer.name(module, sys._getframe(2))
-        key = (name, impl)
-        if key not in self.sites:
-            self.sites[key] = SiteRecord(module=name, module_class=type(module).__name__, impl=impl)
-        return self.sites[key]
+    def layers(self) -> list[dict[str, Any]]:
+        """Every attention layer listed, as it ran: the implementation that took its calls (for a
+        layer hook, the kernel bound to the layer) and how many calls; a layer traced into a compiled
+        graph ran with 0 eager calls. Fresh rows: `run` asks again at every snapshot."""
+        rows = [dict(row) for row in self._layers]
+        by_name = {row["module"]: row for row in rows}
+        for site in list(self.sites.values()):
+            row = by_name.get(site.module)
+            if row is None:
+                continue
+            impl = row["configured"] if site.impl == _MODULE_FORWARD else site.impl
+            row.update(ran=True, impl=impl, calls=row["calls"] + site.calls)
+        return rows
 
-    def _wrap(self, impl: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def note_traced_call(ctx: Any) -> None:  # dynamo calls it at trace time, through comptime
+    def _watch_models(self, owner: type) -> None:
+        """Wraps `post_init`, which every transformers model calls once at the end of its `__init__`
+        (an inner model, such as a causal LM's text model, before the outer one)."""
+        original = owner.post_init  # type: ignore[attr-defined]
+        adopt = self._adopt
+
+        @functools.wraps(original)
+        def post_init(model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            result = original(model, *args, **kwargs)
+            adopt(model)
+            return result
+
+        owner.post_init = post_init  # type: ignore[attr-defined]
+        self._post_init = (owner, original)
+
+    def _adopt(self, model: torch.nn.Module) -> None:
+        """Lists the model's attention layers and hooks each attention module once. A model adopted
+        again inside an outer one takes the outer model's names, in place; a failure here is recorded,
+        never raised into the model's construction."""
+        try:
+            for module, row in planned_layers(model):
+                known = self._rows.get(module)
+                if known is not None:
+                    known.update(row)
+                    continue
+                self._rows[module] = row
+                self._layers.append(row)
+            for module in model.modules():
+                if is_attention_module(module) and module not in self._hooked:
+                    self._hooked.add(module)
+                    self._hooks.append(module.register_forward_hook(self._layer_hook))
+        except Exception as exc:  # a model whose tree we misread must still build
+            self.unavailable = f"attention layers of {type(model).__name__} not listed: {type(exc).__name__}: {exc}"
+
+    def _site(self, module: torch.nn.Module, impl: str, frame: FrameType, *, traced: bool = False) -> SiteRecord:
+        """The module's site through `impl`; a module seen for the first time gives its listed layer
+        the name it runs under (a model inside the user's own module is named from there)."""
+        name = self.namer.name(module, frame)
+        key = (name, impl, "traced") if traced else (name, impl)
+        site = self.sites.get(key)
+        if site is None:
+            site = self.sites[key] = SiteRecord(module=name, module_class=type(module).__name__, impl=impl)
+            row = self._rows.get(module)
+            if row is not None:
+                row["module"] = name
+        return site
+
+    def _note_traced(self, impl: str) -> Callable[[Any], None]:
+        """What dynamo calls at trace time, through comptime, for a call inside an outer compiled
+        region: the call's site, with the region's backend and the shapes dynamo saw. A layer hook's
+        call is noted only for a layer that does not call through the interface (noted before it)."""
+
+        def note_traced_call(ctx: Any) -> None:
             call = traced_call(ctx, self.dense.skip_prefixes, module_local="module")
             if call is None or call.module is None:
                 return
-            name = self.namer.name(call.module, sys._getframe())
-            key = (name, impl, "traced")
-            if key not in self.sites:
-                self.sites[key] = SiteRecord(
-                    module=name,
-                    module_class=type(call.module).__name__,
-                    impl=impl,
-                    file=call.file,
-                    line=call.line,
-                    function=call.function,
-                )
-            self.sites[key].observe_traced(call.backend, traced_tensor(ctx, "query"), traced_tensor(ctx, "key"))
+            if impl != _MODULE_FORWARD:
+                self._via_interface.add(call.module)
+            elif call.module in self._via_interface:
+                return
+            site = self._site(call.module, impl, sys._getframe(), traced=True)
+            if site.file is None:
+                site.file, site.line, site.function = call.file, call.line, call.function
+            site.observe_traced(call.backend, traced_tensor(ctx, "query"), traced_tensor(ctx, "key"))
+
+        return note_traced_call
+
+    def _wrap(self, impl: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        note_traced_call = self._note_traced(impl)
 
         def recording_attention(module, query, key, value, attention_mask, *args, **kwargs):
             if torch.compiler.is_compiling():
@@ -151,8 +274,8 @@ class HFAttentionRecorder:
                 return fn(module, query, key, value, attention_mask, *args, **kwargs)
             before = self.dense.mark()
             result = fn(module, query, key, value, attention_mask, *args, **kwargs)
-            self._via_interface.add(id(module))
-            site = self._site(module, impl)
+            self._via_interface.add(module)
+            site = self._site(module, impl, sys._getframe(1))
             if site.file is None:
                 caller = sys._getframe(1)
                 site.file, site.line, site.function = caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name
@@ -164,10 +287,21 @@ class HFAttentionRecorder:
         recording_attention.__wrapped__ = fn  # type: ignore[attr-defined]
         return recording_attention
 
-    def _module_called(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        """Calls that never reached the interface: eager attention, linear-attention layers."""
-        if id(module) in self._via_interface:
-            return
-        site = self._site(module, "module-forward")
-        site.training = bool(module.training)
-        site.calls += 1
+    def _make_layer_hook(self) -> Callable[[torch.nn.Module, Any, Any], None]:
+        """The forward hook of attention modules: counts the calls that never reached the interface
+        (eager attention, linear-attention layers). A plain function, so that dynamo, tracing it
+        inside a compiled model, reaches comptime with the noting function as a constant."""
+        note_traced_call = self._note_traced(_MODULE_FORWARD)
+
+        def layer_called(module: torch.nn.Module, args: Any, output: Any) -> None:
+            if torch.compiler.is_compiling():
+                if comptime is not None:
+                    comptime(note_traced_call)
+                return
+            if module in self._via_interface:
+                return
+            site = self._site(module, _MODULE_FORWARD, sys._getframe(1))
+            site.training = bool(module.training)
+            site.calls += 1
+
+        return layer_called

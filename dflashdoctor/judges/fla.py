@@ -54,6 +54,31 @@ def fla_not_usable_finding(fla: dict[str, Any], *, traced: bool) -> Finding:
     )
 
 
+def fla_import_stopped_finding(stopped: dict[str, Any], fla: dict[str, Any]) -> Finding:
+    """A traced script whose own import of FLA met the keep-out: the trace keeps FLA from importing
+    where its kernels cannot run, so that transformers binds its torch fallback, and an import by the
+    user's code then fails there. Said as what happened, with the line, not as the script's failure."""
+    where = "on the CPU" if fla.get("device") == "cpu" else "here"
+    statement = f"`{stopped['statement']}`" if stopped.get("statement") else f"an import of `{stopped['module']}`"
+    at = f" ({stopped['file']}:{stopped['line']})" if stopped.get("file") else ""
+    loads = not fla["platform"].startswith("unavailable")  # a broken FLA fails at the import anyway
+    title = f"The script imports FLA itself, and FLA {fla.get('version') or ''} cannot run its kernels {where}"
+    return finding(
+        "kernel-unavailable",
+        title.replace("  ", " "),
+        detail=f"{statement}{at} failed because this trace kept FLA from importing: {why_fla_cannot_run(fla)}."
+        + (" Left to import, FLA's kernels would fail at their first call (`0 active drivers`)." if loads else "")
+        + " Kept out, FLA leaves transformers to bind its torch fallback to the gated DeltaNet layers, as a "
+        "preset's trace does; an import of FLA by your own code has nothing to fall back on, so the script was "
+        "traced up to that import only. The layers and call sites seen before it are listed.",
+        where=Where(file=stopped.get("file"), line=stopped.get("line"), function=stopped.get("function")),
+        evidence={"import": stopped, "fla": {k: v for k, v in fla.items() if k != "guards"}},
+        fix="Trace this script on the GPU node, where FLA's kernels run. To trace it on this machine, import FLA "
+        "only where its kernels can run (for example behind `torch.cuda.is_available()`) and let transformers "
+        "choose the layers' kernels.",
+    )
+
+
 def _sentence(text: str) -> str:
     text = text.strip()
     return text if text.endswith((".", "!", "?")) else f"{text}."
