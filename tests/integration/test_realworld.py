@@ -162,3 +162,15 @@ def test_run_gives_one_row_per_layer_with_the_same_cause(case: Case, cli):
         assert row.get("cause_kind") == (case.cause if dense else None)
     (note,) = [f for f in process["findings"] if f["code"] == "hf-internal-flex-path"]
     assert sorted(note["evidence"]["modules"]) == sorted(LLAMA_LAYERS)
+
+
+def test_check_compile_blames_static_shapes_not_python_numbers_on_the_packed_wrapper(cli):
+    """check-compile on the torchtune 0.6.1-style wrapper (compiled with dynamic=False) at varying
+    lengths: the fix is the static shapes, not "capture Python numbers as tensors"."""
+    target = f"{CASES_DIR / 'packed_static.py'}:compile_friendly_flex_attention"
+    run = cli("check-compile", target, "--device", "cpu", "--vary", "5")
+    assert run.code == 1, run.stdout + run.stderr
+    (limit,) = run.findings("recompile-limit-fallback")
+    assert "size mismatch" in limit["evidence"]["guard"]
+    assert "dynamic=False" in limit["fix"] and "Python number" not in limit["fix"]
+    assert run.check("call")["summary"].startswith("called as target(q, k, v, block_mask=...)")

@@ -22,7 +22,8 @@ def compile_friendly_flex_attention(q, k, v, block_mask=None):
     return flex_attention_compiled(q, k, v, block_mask=block_mask)
 
 
-with torch.no_grad():
-    for packed in range(6):
-        q = torch.randn(1, 4, 32 + 16 * packed, 16)
-        compile_friendly_flex_attention(q, q, q)
+if __name__ == "__main__":  # `check-compile packed_static.py:compile_friendly_flex_attention` imports it
+    with torch.no_grad():
+        for packed in range(6):
+            q = torch.randn(1, 4, 32 + 16 * packed, 16)
+            compile_friendly_flex_attention(q, q, q)
