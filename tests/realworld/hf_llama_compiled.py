@@ -21,6 +21,7 @@ parser.add_argument("--train", action="store_true", help="forward and backward (
 parser.add_argument("--seq", type=int, default=32)
 parser.add_argument("--layers", type=int, default=2)
 parser.add_argument("--steps", type=int, default=2)
+parser.add_argument("--lengths", type=int, default=5, help="lengths fed with --grow")
 args = parser.parse_args()
 
 torch._dynamo.config.recompile_limit = 3
@@ -41,7 +42,7 @@ if args.static:
     model = torch.compile(model, backend=args.backend, dynamic=False)
 else:
     model = torch.compile(model, backend=args.backend)
-lengths = [args.seq // 2 + 8 * i for i in range(5)] if args.grow else [args.seq] * args.steps
+lengths = [args.seq // 2 + 8 * i for i in range(args.lengths)] if args.grow else [args.seq] * args.steps
 with torch.set_grad_enabled(args.train):
     for length in lengths:
         ids = torch.randint(0, config.vocab_size, (1, length), device=args.device)
