@@ -37,7 +37,7 @@ def called_name(file: str, line: int) -> str | None:
         return None
     try:
         tree = ast.parse(source.rstrip("(,\\"), mode="exec")
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError):
         head = source.split("(", 1)[0].split("=")[-1].strip().removeprefix("return ").strip()
         return head if head.replace(".", "").replace("_", "").isalnum() else None
     for node in ast.walk(tree):
@@ -87,7 +87,7 @@ def _assignments(path: str, attr: str) -> list[tuple[int, ast.AST]]:
             return []
         with open(path, "rb") as handle:
             tree = ast.parse(handle.read(), filename=path)
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     found = []
     for node in ast.walk(tree):

@@ -19,7 +19,8 @@ from dflashdoctor.codes import finding
 from dflashdoctor.report import Finding, Where
 
 _OUT_OF_RESOURCE = re.compile(
-    r"out of resource: (?P<resource>[\w ]+?), Required: (?P<required>\d+), Hardware limit: (?P<limit>\d+)"
+    r"out of resource: (?P<resource>[\w ]{1,40}?), "
+    r"Required: (?P<required>\d{1,18}), Hardware limit: (?P<limit>\d{1,18})\b"
 )
 _KERNEL = re.compile(r"\b(triton_(?:tem|per|red|poi|for)_\w+|triton_\w*flex\w*)")
 _FLEX_BACKWARD = ("flex_attention_backward", "flex_backward", "sdpa_backward", ".backward(")

@@ -38,6 +38,8 @@ def test_triton_refusal_is_read_however_inductor_wraps_it(message):
 def test_other_errors_are_not_read_as_resources():
     assert OutOfResources.read("CUDA out of memory. Tried to allocate 2.00 GiB", TRACEBACK) is None
     assert OutOfResources.read("Required: 5, Hardware limit: 3", "") is None
+    # a crafted 5000-digit number is no refusal (and no int() past Python's digit limit)
+    assert OutOfResources.read(f"out of resource: shared memory, Required: {'9' * 5000}, Hardware limit: 5", "") is None
 
 
 def test_check_compile_says_the_kernel_does_not_fit_instead_of_target_raised():
