@@ -356,12 +356,13 @@ class TraceAttentionJudge(Judge):
         if model.get("error"):
             self._raised("model step", f"the {model['model']} model step", model["error"], None)
 
-    def _fla_refused(self, refused: dict[str, Any], fla: dict[str, Any]) -> None:
-        """FLA's own guard stopped the step: this machine's versions, not the model."""
+    def _fla_refused(self, refused: dict[str, Any], fla: dict[str, Any], check: str = "model step") -> None:
+        """FLA's own guard stopped the step (a model's or a script's): this machine's versions, not
+        the code."""
         guard = refused["guard"]
         self.findings.append(fla_guard_finding(guard, fla, during=refused["stage"]))
         self._check(
-            "model step",
+            check,
             "warn",
             f"FLA refuses `{guard['function']}` on this machine; {refused['stage']} stopped there",
             "kernel-unavailable",
@@ -452,14 +453,7 @@ class TraceAttentionJudge(Judge):
                 "kernel-unavailable",
             )
         elif refused:
-            guard = refused["guard"]
-            self.findings.append(fla_guard_finding(guard, fla, during=refused["stage"]))
-            self._check(
-                "script",
-                "warn",
-                f"FLA refuses `{guard['function']}` on this machine; {refused['stage']} stopped there",
-                "kernel-unavailable",
-            )
+            self._fla_refused(refused, fla or {}, check="script")
         elif fla and not fla["usable"] and not (model_fla and not model_fla["usable"]):
             self.findings.append(fla_not_usable_finding(fla, traced=True))
         return bool(stopped or refused)
