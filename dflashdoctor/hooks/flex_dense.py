@@ -18,20 +18,25 @@ plain Python outside torch.compile, as plain Python under a compiled wrapper (dy
 from a compiled graph whose backend is not Inductor. Those frames are torch's own, so the route is
 None when a torch release names them otherwise.
 
+A run that is diagnosed while it goes on pays this per dense call, so one walk from the kernel
+outwards finds everything (call site, stack, route, ctx, graph node), and what a frame's code says
+(a user file or not, a frame of flex_attention or of dynamo) is worked out once per code object.
+
 Probed side: standard library and torch only.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
 import threading
 from collections.abc import Callable
-from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from dflashdoctor.hooks.graph_nodes import GraphNode, resolve_module, running_node
+from dflashdoctor.hooks.graph_nodes import _GENERATED, GraphNode, resolve_module, running_node
 from dflashdoctor.observations import DenseEvent
 
 if TYPE_CHECKING:
@@ -47,6 +52,15 @@ _FLEX_FILE = os.path.join("torch", "nn", "attention", "flex_attention.py")
 _EVAL_FRAME_FILE = os.path.join("torch", "_dynamo", "eval_frame.py")
 _HOP_WRAPPER = "_flex_attention_hop_wrapper"  # what flex_attention compiles when called outside torch.compile
 _FORWARDS_ON_CTX = "_dflashdoctor_dense_forwards"
+# What a frame's code tells the walk (bits of `DenseFlexRecorder._facts`).
+_USER = 1  # a call site: not torch, not dflashdoctor, not generated code
+_HAS_CTX = 2  # has a local named ctx (f_locals is read only in such frames)
+_HOP_WRAPPER_CODE = 4
+_FLEX_CODE = 8  # torch's flex_attention function
+_EVAL_FRAME_CODE = 16  # dynamo's compiled-function wrappers
+_GENERATED_CODE = 32  # an FX graph's forward
+_ROUTE_FACTS = _HAS_CTX | _HOP_WRAPPER_CODE | _FLEX_CODE | _EVAL_FRAME_CODE | _GENERATED_CODE
+_CODES_KEPT = 8192  # code objects (and graph lines) whose facts are kept; past it a table starts again
 # dflashdoctor's own instrumentation, never a call site: another recorder's stand-in may sit between
 # the user and the kernel (a test's expect_fused() inside a `dflashdoctor run`).
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,17 +88,6 @@ def _torch_dir() -> str:
     return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
-def _user_frames(frame: FrameType | None, skip_prefixes: tuple[str, ...]) -> list[FrameType]:
-    frames = []
-    while frame is not None and len(frames) < _STACK_DEPTH:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        # "<eval_with_key>" and similar are generated code (FX graphs of dynamo's eager backend).
-        if not filename.startswith(skip_prefixes) and not frame.f_code.co_filename.startswith("<"):
-            frames.append(frame)
-        frame = frame.f_back
-    return frames
-
-
 def _site(frame: FrameType) -> dict[str, Any]:
     return {
         "file": frame.f_code.co_filename,
@@ -94,34 +97,25 @@ def _site(frame: FrameType) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=64)
+def _text(value: Any) -> str:
+    """A dtype or device as an event spells it (`float32`, `cuda:0`); str() of either costs microseconds."""
+    return str(value).replace("torch.", "")
+
+
 def _autograd_ctx(candidate: Any) -> Any:
     from torch.autograd.function import FunctionCtx
 
     return candidate if isinstance(candidate, FunctionCtx) else None
 
 
-def _read_stack(frame: FrameType | None) -> tuple[str | None, Any]:
-    """The route of a dense kernel call (a key of ROUTES, or None) and the autograd ctx it runs in."""
-    ctx = None
-    flex_seen = hop_wrapper = compiled_above = False
-    for _ in range(_ROUTE_DEPTH):
-        if frame is None:
-            break
-        code = frame.f_code
-        if ctx is None and "ctx" in code.co_varnames:  # read f_locals only where a ctx can be
-            ctx = _autograd_ctx(frame.f_locals.get("ctx"))
-        if code.co_name == _HOP_WRAPPER:
-            hop_wrapper = True
-        elif code.co_name == "flex_attention" and code.co_filename.endswith(_FLEX_FILE):
-            flex_seen, compiled_above = True, False  # the outermost flex_attention frame decides
-        elif flex_seen and code.co_filename.endswith(_EVAL_FRAME_FILE):
-            compiled_above = True
-        frame = frame.f_back
-    if not flex_seen:
-        return None, ctx
-    if not compiled_above:
-        return "raw", ctx
-    return ("compiled-eager" if hop_wrapper else "graph"), ctx
+class _Walk(NamedTuple):
+    """What one walk from a dense kernel outwards found."""
+
+    user_frames: list[FrameType]  # innermost first, at most _STACK_DEPTH
+    route: str | None  # a key of ROUTES, or None
+    ctx: Any  # the autograd ctx the kernel runs in
+    generated: FrameType | None  # the innermost FX graph frame
 
 
 def _score_bytes(q_shape: list[int], kv_shape: list[int]) -> int:
@@ -177,6 +171,10 @@ class DenseFlexRecorder:
             os.path.abspath(threading.__file__),
             *(os.path.abspath(f) for f in skip_files),
         )
+        # id(code) -> (code, its _USER.. bits). Holding the code keeps its id from being reused.
+        self._facts: dict[int, tuple[CodeType, int]] = {}
+        # (id(code), line) of a generated graph -> (code, the node's module path and class, or None).
+        self._graph_lines: dict[tuple[int, int], tuple[CodeType, tuple[str, str] | None]] = {}
 
     def __enter__(self) -> DenseFlexRecorder:
         self.unavailable = self._install()
@@ -267,14 +265,68 @@ class DenseFlexRecorder:
         recording_kernel.__wrapped__ = kernel  # type: ignore[attr-defined]
         return recording_kernel
 
+    def _learn(self, code: CodeType) -> int:
+        """What `code` tells the walk, worked out on its first dense call: an `abspath` per frame and
+        call cost more than the rest of the record."""
+        filename = code.co_filename
+        facts = _HAS_CTX if "ctx" in code.co_varnames else 0
+        if not filename.startswith("<") and not os.path.abspath(filename).startswith(self.skip_prefixes):
+            facts |= _USER
+        if code.co_name == _HOP_WRAPPER:
+            facts |= _HOP_WRAPPER_CODE
+        elif code.co_name == "flex_attention" and filename.endswith(_FLEX_FILE):
+            facts |= _FLEX_CODE
+        if filename.endswith(_EVAL_FRAME_FILE):
+            facts |= _EVAL_FRAME_CODE
+        if filename.startswith(_GENERATED):
+            facts |= _GENERATED_CODE
+        if len(self._facts) >= _CODES_KEPT:  # generated graphs come and go: bound what is held
+            self._facts.clear()
+        self._facts[id(code)] = (code, facts)
+        return facts
+
+    def _walk(self, frame: FrameType | None) -> _Walk:
+        """One pass outwards from the kernel's caller: _ROUTE_DEPTH frames for the route, the ctx
+        and the graph frame, further only while fewer than _STACK_DEPTH user frames are found.
+
+        The route: the outermost flex_attention frame decides; a dynamo frame above it means a
+        compiled function ran it, eagerly when flex_attention's own eager wrapper is on the stack.
+        """
+        users: list[FrameType] = []
+        ctx = generated = None
+        flex_seen = hop_wrapper = compiled_above = False
+        depth = 0
+        known_facts = self._facts.get
+        while frame is not None and (depth < _ROUTE_DEPTH or len(users) < _STACK_DEPTH):
+            code = frame.f_code
+            known = known_facts(id(code))
+            facts = known[1] if known is not None else self._learn(code)
+            if facts & _USER and len(users) < _STACK_DEPTH:
+                users.append(frame)
+            if facts & _ROUTE_FACTS and depth < _ROUTE_DEPTH:  # most of torch's frames have none
+                if ctx is None and facts & _HAS_CTX:  # read f_locals only where a ctx can be
+                    ctx = _autograd_ctx(frame.f_locals.get("ctx"))
+                if facts & _HOP_WRAPPER_CODE:
+                    hop_wrapper = True
+                elif facts & _FLEX_CODE:
+                    flex_seen, compiled_above = True, False
+                elif flex_seen and facts & _EVAL_FRAME_CODE:
+                    compiled_above = True
+                if generated is None and facts & _GENERATED_CODE:
+                    generated = frame
+            depth += 1
+            frame = frame.f_back
+        route = None
+        if flex_seen:
+            route = ("compiled-eager" if hop_wrapper else "graph") if compiled_above else "raw"
+        return _Walk(users, route, ctx, generated)
+
     def _record(self, kind: str, args: tuple[Any, ...]) -> DenseEvent:
         query, key = (*args, None, None)[:2]
         q_shape = list(getattr(query, "shape", ()))
         kv_shape = list(getattr(key, "shape", ()))
-        caller = sys._getframe(2)
-        frames = _user_frames(caller, self.skip_prefixes)
-        route, ctx = _read_stack(caller)
-        node = running_node(caller, _ROUTE_DEPTH)
+        frames, route, ctx, generated = self._walk(sys._getframe(2))
+        node = self._graph_node(generated) if generated is not None else None
         if route is None and node is not None:  # AOTAutograd's graph calls the op itself, below flex_attention
             route = "graph"
         event = DenseEvent(
@@ -282,8 +334,8 @@ class DenseFlexRecorder:
             phase=self.phase,
             q_shape=q_shape,
             kv_shape=kv_shape,
-            dtype=str(getattr(query, "dtype", "")).replace("torch.", ""),
-            device=str(getattr(query, "device", "")),
+            dtype=_text(getattr(query, "dtype", "")),
+            device=_text(getattr(query, "device", "")),
             score_matrix_bytes=_score_bytes(q_shape, kv_shape),
             site=_site(frames[0]) if frames else None,
             stack=[f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in frames],
@@ -299,6 +351,20 @@ class DenseFlexRecorder:
             del self.events[:half]
             self.dropped += half
         return event
+
+    def _graph_node(self, frame: FrameType) -> GraphNode | None:
+        """The node a generated graph's frame is running, read once per line of the graph: a
+        generated code object belongs to one GraphModule, whose nodes keep their module stacks."""
+        code = frame.f_code
+        key = (id(code), frame.f_lineno)
+        known = self._graph_lines.get(key)
+        if known is None:
+            node = running_node(frame, 1)
+            if len(self._graph_lines) >= _CODES_KEPT:
+                self._graph_lines.clear()
+            known = self._graph_lines[key] = (code, (node.module_path, node.module_class) if node else None)
+        module = known[1]
+        return GraphNode(module_path=module[0], module_class=module[1], frame=frame) if module else None
 
     def _layer(self, node: GraphNode | None, frames: list[FrameType]) -> str | None:
         """The module that made the call: the layer a running graph node was traced in, else the
