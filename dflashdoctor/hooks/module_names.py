@@ -59,8 +59,10 @@ class ModuleNamer:
     def calling_module(self, frame: FrameType | None) -> str | None:
         """The name of the innermost module whose forward is on the stack above `frame`."""
         while frame is not None:
-            candidate = frame.f_locals.get("self")
-            if isinstance(candidate, torch.nn.Module):
-                return self.name(candidate, frame)
+            # f_locals builds a dict per frame: read it only where the code has a `self`
+            if "self" in frame.f_code.co_varnames or "self" in frame.f_code.co_cellvars:
+                candidate = frame.f_locals.get("self")
+                if isinstance(candidate, torch.nn.Module):
+                    return self.name(candidate, frame)
             frame = frame.f_back
         return None
