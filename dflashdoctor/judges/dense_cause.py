@@ -106,7 +106,7 @@ class CompileCall:
     def read(records: list[dict[str, Any]]) -> list[CompileCall]:
         calls = []
         for r in records:
-            if isinstance(r.get("file"), str) and isinstance(r.get("line"), int):
+            if isinstance(r, dict) and isinstance(r.get("file"), str) and isinstance(r.get("line"), int):
                 dynamic = r.get("dynamic")
                 calls.append(
                     CompileCall(
