@@ -26,7 +26,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
@@ -113,6 +113,7 @@ class FlexCallRecorder:
         self.sites: dict[tuple[str, int, int, str | None], FlexSite] = {}
         self._wrappers: dict[int, Callable[..., Any]] = {}
         self.compile_calls: list[dict[str, Any]] = []  # the user's torch.compile calls, for causes
+        self._not_user_compiles: set[CodeType] = set()  # code whose torch.compile calls are not the user's
 
     def __enter__(self) -> FlexCallRecorder:
         _prime_dynamo_tables()
@@ -149,10 +150,12 @@ class FlexCallRecorder:
     def _note_compile(self, caller: FrameType, target: Any, kwargs: dict[str, Any]) -> None:
         """Keep the user's own `torch.compile` calls (not transformers' or torch's): a cause names the
         line whose backend or `dynamic=False` made flex run dense."""
-        file = caller.f_code.co_filename
+        code = caller.f_code
+        if code in self._not_user_compiles or len(self.compile_calls) >= _COMPILE_CALLS_KEPT:
+            return  # raw flex_attention compiles its eager wrapper on every call: decided once per code
+        file = code.co_filename
         if _in_transformers(file) or os.path.abspath(file).startswith(self.dense.skip_prefixes):
-            return
-        if len(self.compile_calls) >= _COMPILE_CALLS_KEPT:
+            self._not_user_compiles.add(code)
             return
         backend = kwargs.get("backend", "inductor")
         dynamic = kwargs.get("dynamic")

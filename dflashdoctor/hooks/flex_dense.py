@@ -36,7 +36,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from dflashdoctor.hooks.graph_nodes import _GENERATED, GraphNode, resolve_module, running_node
+from dflashdoctor.hooks.graph_nodes import GENERATED, GraphNode, node_of, resolve_module
 from dflashdoctor.observations import DenseEvent
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ class DenseFlexRecorder:
             facts |= _FLEX_CODE
         if filename.endswith(_EVAL_FRAME_FILE):
             facts |= _EVAL_FRAME_CODE
-        if filename.startswith(_GENERATED):
+        if filename.startswith(GENERATED):
             facts |= _GENERATED_CODE
         if len(self._facts) >= _CODES_KEPT:  # generated graphs come and go: bound what is held
             self._facts.clear()
@@ -359,7 +359,7 @@ class DenseFlexRecorder:
         key = (id(code), frame.f_lineno)
         known = self._graph_lines.get(key)
         if known is None:
-            node = running_node(frame, 1)
+            node = node_of(frame)
             if len(self._graph_lines) >= _CODES_KEPT:
                 self._graph_lines.clear()
             known = self._graph_lines[key] = (code, (node.module_path, node.module_class) if node else None)

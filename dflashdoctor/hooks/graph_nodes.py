@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-_GENERATED = "<eval_with_key>"
+GENERATED = "<eval_with_key>"  # the file name FX gives the code it generates
 _ROOT = re.compile(r"^(?P<scope>[LG])\['(?P<name>[^']+)'\](?P<rest>.*)$")
 _ITEM = re.compile(r"\[(\d+)\]")
 
@@ -38,18 +38,8 @@ class GraphNode:
     frame: FrameType  # the generated graph's frame: the frames above it hold the compiled function's locals
 
 
-def running_node(frame: FrameType | None, depth: int) -> GraphNode | None:
-    """The module of the node that the innermost generated FX graph on the stack is executing."""
-    for _ in range(depth):
-        if frame is None:
-            return None
-        if frame.f_code.co_filename.startswith(_GENERATED):
-            return _node_of(frame)
-        frame = frame.f_back
-    return None
-
-
-def _node_of(frame: FrameType) -> GraphNode | None:
+def node_of(frame: FrameType) -> GraphNode | None:
+    """The module of the node that a generated FX graph's frame is executing, or None."""
     graph_module = frame.f_locals.get("self")
     lines = getattr(graph_module, "_lineno_map", None)
     graph = getattr(graph_module, "graph", None)
@@ -90,7 +80,7 @@ def resolve_module(path: str, frame: FrameType | None, depth: int, skip_prefixes
             return None
         space = frame.f_locals if scope == "L" else frame.f_globals
         filename = frame.f_code.co_filename
-        if name in space and not filename.startswith(_GENERATED) and not filename.startswith(skip_prefixes):
+        if name in space and not filename.startswith(GENERATED) and not filename.startswith(skip_prefixes):
             return _walk(space[name], match.group("rest"))
         frame = frame.f_back
     return None
