@@ -155,6 +155,12 @@ def _options() -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=8, help="steps left out of the median (compilation)")
     parser.add_argument("--profile-steps", type=int, default=0)
     parser.add_argument(
+        "--compile-model",
+        metavar="BACKEND",
+        help="compile the whole drafter with this backend (inductor; aot_eager is the faulty twin: "
+        "inside it transformers hands the raw flex_attention to the model's graph)",
+    )
+    parser.add_argument(
         "--agent-at",
         choices=("imports", "model"),
         help="start run's agent here, after the imports or after the model is built (not under run)",
@@ -193,6 +199,8 @@ def train(args: argparse.Namespace, folder: str) -> None:
         attn_implementation="flex_attention",
     )
     drafter = DFlashDrafter(config, args.target_layers).to(args.device, dtype)
+    if args.compile_model:
+        drafter = torch.compile(drafter, backend=args.compile_model)
     if args.agent_at == "model":
         _start_agent(folder)
     optimizer = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=1e-5)
@@ -213,7 +221,7 @@ def train(args: argparse.Namespace, folder: str) -> None:
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
 
     times = []
     for index in range(args.steps):

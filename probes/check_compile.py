@@ -148,8 +148,21 @@ class CheckCompileProbe:
 
     def call_target(self, target, q, k, v, block_mask):
         """Every call to the target goes through its call plan: the same arguments in every phase."""
-        try:
+        with self._target_errors():
             return self.plan.call(target, q, k, v, block_mask)
+
+    def target_backward(self, out, grad) -> None:
+        """The target's backward: Inductor compiles it at the first call, so a kernel that does not
+        fit the GPU (the compiled backward's tiles, most often) raises here, not in the forward."""
+        with self._target_errors():
+            out.backward(grad)
+
+    @contextmanager
+    def _target_errors(self):
+        """What the target raised is an observation, with the phase it raised in; the phases after
+        it are skipped (TargetFailed). Out of memory is the phase's own observation."""
+        try:
+            yield
         except _OOM_ERRORS:
             raise
         except Exception as exc:
@@ -219,7 +232,7 @@ class CheckCompileProbe:
         if self.backward and out is not None:
             with self.phase(f"{name}:backward") as record:
                 started = time.perf_counter()
-                out.backward(torch.ones_like(out))
+                self.target_backward(out, torch.ones_like(out))
                 _sync(self.device)
                 record["backward_s"] = round(time.perf_counter() - started, 6)
 
@@ -253,7 +266,7 @@ class CheckCompileProbe:
             generator = torch.Generator(device=self.device).manual_seed(2)
             grad_out = torch.randn(out.shape, generator=generator, device=self.device).to(out.dtype)
             if self.backward:
-                out.backward(grad_out)
+                self.target_backward(out, grad_out)
         if grad_out is None:  # the target ran out of memory; nothing to compare
             return result
         with self.phase("reference"), torch.compiler.set_stance("force_eager"):

@@ -207,6 +207,7 @@ def _trace_script(config: dict[str, Any], dense: DenseFlexRecorder, namer: Modul
         HFAttentionRecorder(None, dense, namer) as hf,
         FlexCallRecorder(dense, namer) as flex,
     ):
+        flex.seen_by_interface = hf.in_interface_call
         namespace, exc = _run_script(path, config["script_args"])
     flex.name_wrappers({path: namespace})
     layers = hf.layers()
@@ -265,6 +266,8 @@ def _trace_drafter(config: dict[str, Any], device: str, dense: DenseFlexRecorder
     error = None
     hf_recorder = HFAttentionRecorder(None, dense, namer) if through_hf else contextlib.nullcontext(None)
     with hf_recorder as hf, FlexCallRecorder(dense, namer) as flex:
+        if hf is not None:
+            flex.seen_by_interface = hf.in_interface_call
         try:
             _, step = make_drafter_step(
                 dimensions, device, dtype, config.get("drafter_fault"), backward, blocks=blocks, context_len=context_len

@@ -2,7 +2,8 @@
 # On a CUDA machine: the real-code cases forward and backward (tests/integration/test_gpu_realworld.py),
 # with every report they write, then the per-case table (scripts/realworld_table.py: ground truth,
 # verdict, cause, and the wall time of the plain script, trace-attention and run).
-#   OUT=/some/dir bash scripts/gpu_realworld_evidence.sh [tests|table|all]
+#   OUT=/some/dir [SELECT='static or tiles'] [ONLY=drafter,static] bash scripts/gpu_realworld_evidence.sh [tests|table|all]
+# SELECT picks tests (pytest -k), ONLY picks table cases (scripts/realworld_table.py --only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -13,12 +14,12 @@ status=0
 if [ "$part" != table ]; then
   evidence=$(mktemp -d)
   DFLASHDOCTOR_EVIDENCE_DIR="$evidence" python3 -m pytest -m gpu tests/integration/test_gpu_realworld.py -v \
-    -p no:cacheprovider 2>&1 | tee "$OUT/gpu-realworld-tests.log"
+    ${SELECT:+-k "$SELECT"} -p no:cacheprovider 2>&1 | tee "$OUT/gpu-realworld-tests.log"
   status=${PIPESTATUS[0]}
   tar czf "$OUT/evidence.tgz" -C "$evidence" .
 fi
 if [ "$part" != tests ]; then
-  python3 scripts/realworld_table.py --device cuda 2>&1 | tee "$OUT/realworld-table.md"
+  python3 scripts/realworld_table.py --device cuda --only "${ONLY:-}" 2>&1 | tee "$OUT/realworld-table.md"
   status=$((status || PIPESTATUS[0]))
 fi
 exit "$status"

@@ -141,6 +141,8 @@ class TorchInstruments:
         from dflashdoctor.hooks.hf_attention import HFAttentionRecorder
 
         self.hf = HFAttentionRecorder(None, self.dense, self.namer).__enter__()
+        if self.flex is not None:  # transformers imports flex_attention first: the flex recorder is there
+            self.flex.seen_by_interface = self.hf.in_interface_call
         if self.hf.unavailable:
             self.unavailable.append(self.hf.unavailable)
 

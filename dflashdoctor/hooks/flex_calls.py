@@ -10,8 +10,11 @@ Recording happens outside any compiled region: inside one (`torch.compiler.is_co
 stand-in forwards to the real function at once, so dynamo traces no bookkeeping and adds no graph
 break; such a call is listed once per graph it is compiled into, at trace time (compiled_calls.py).
 Code that bound flex_attention before the recorder started (transformers binds it at import) keeps
-the real function; the attention-interface recorder covers that path. Both attributes are restored
-on exit.
+the real function; the attention-interface recorder covers that path. transformers' own compiled
+singleton, made while recording, is recorded too (via TRANSFORMERS_COMPILED) for the calls the
+interface does not see: a model of the user's that calls `compile_friendly_flex_attention` itself,
+as SpecForge's DFlash drafter does; such a site is the user's line that called into transformers.
+Both attributes are restored on exit.
 
 Probed side: standard library and torch.
 """
@@ -40,6 +43,9 @@ from dflashdoctor.hooks.rebinding import rebinding
 _FLEX_MODULE = "torch.nn.attention.flex_attention"
 _COMPILE_ARGUMENT = re.compile(r"\bcompile\(\s*([\w.\[\]]+)\s*[,)]")
 _COMPILE_CALLS_KEPT = 64
+COMPILED_WRAPPER = "compiled wrapper"
+RAW = "raw flex_attention"
+TRANSFORMERS_COMPILED = "transformers compiled flex"  # its singleton, called outside the interface
 
 
 def _in_transformers(file: str) -> bool:
@@ -86,7 +92,7 @@ class FlexSite(CallStats):
     line: int
     function: str
     module: str | None
-    via: str  # "compiled wrapper" or "raw flex_attention"
+    via: str  # COMPILED_WRAPPER, RAW or TRANSFORMERS_COMPILED
     wrapper_id: int | None = None  # id of the recording wrapper, to find the names it is bound to
     wrapper_names: list[str] = field(default_factory=list)  # "module:attr" bindings, filled at the end
     compiled_at: str | None = None  # file:line of the torch.compile call
@@ -114,12 +120,16 @@ class FlexCallRecorder:
         self._wrappers: dict[int, Callable[..., Any]] = {}
         self.compile_calls: list[dict[str, Any]] = []  # the user's torch.compile calls, for causes
         self._not_user_compiles: set[CodeType] = set()  # code whose torch.compile calls are not the user's
+        self._transformers_code: dict[CodeType, bool] = {}
+        # Set where the attention-interface recorder runs too: true while a call is inside the
+        # interface, which records it itself (transformers' compiled singleton is called from there).
+        self.seen_by_interface: Callable[[], bool] = lambda: False
 
     def __enter__(self) -> FlexCallRecorder:
         _prime_dynamo_tables()
         self._module = sys.modules.get(_FLEX_MODULE) or __import__(_FLEX_MODULE, fromlist=["flex_attention"])
         self._raw, self._real_compile = self._module.flex_attention, torch.compile
-        self._stand_in = self._recording(self._raw, via="raw flex_attention")
+        self._stand_in = self._recording(self._raw, via=RAW)
         self._module.flex_attention = self._stand_in
         torch.compile = self._compile  # type: ignore[assignment]
         return self
@@ -137,15 +147,27 @@ class FlexCallRecorder:
         compiled = self._real_compile(target, **kwargs)
         caller = sys._getframe(1)
         self._note_compile(caller, target, kwargs)
-        if target is not self._raw or _in_transformers(caller.f_code.co_filename):
-            return compiled  # transformers' own compiled flex is seen by the attention-interface recorder
+        if target is not self._raw:
+            return compiled
         backend = kwargs.get("backend", "inductor")
         return self._recording(
             compiled,
-            via="compiled wrapper",
+            via=TRANSFORMERS_COMPILED if _in_transformers(caller.f_code.co_filename) else COMPILED_WRAPPER,
             compiled_at=f"{caller.f_code.co_filename}:{caller.f_lineno}",
             backend=backend if isinstance(backend, str) else type(backend).__name__,
         )
+
+    def _outside_transformers(self, frame: FrameType) -> FrameType:
+        """The first frame at or above `frame` that is not transformers' own: the user's line that
+        called `compile_friendly_flex_attention`. Decided once per code object."""
+        while frame.f_back is not None:
+            inside = self._transformers_code.get(frame.f_code)
+            if inside is None:
+                inside = self._transformers_code[frame.f_code] = _in_transformers(frame.f_code.co_filename)
+            if not inside:
+                break
+            frame = frame.f_back
+        return frame
 
     def _note_compile(self, caller: FrameType, target: Any, kwargs: dict[str, Any]) -> None:
         """Keep the user's own `torch.compile` calls (not transformers' or torch's): a cause names the
@@ -196,6 +218,10 @@ class FlexCallRecorder:
                     comptime(note_traced_call)
                 return fn(query, key, value, *args, **kwargs)
             caller = sys._getframe(1)
+            if via == TRANSFORMERS_COMPILED:
+                if self.seen_by_interface():
+                    return fn(query, key, value, *args, **kwargs)
+                caller = self._outside_transformers(caller)
             module = self.namer.calling_module(caller)  # one line serves many layers: key by module too
             site_key = (caller.f_code.co_filename, caller.f_lineno, id(recording_flex), module)
             site = self.sites.get(site_key)
@@ -255,5 +281,5 @@ class FlexCallRecorder:
                     bindings.setdefault(id(value), []).append(f"{name}.{attr}")
         for site in self.sites.values():
             site.wrapper_names = bindings.get(site.wrapper_id or -1, [])
-            if site.via == "raw flex_attention":
+            if site.via == RAW:
                 site.rebound = rebinding(site.file, site.line)

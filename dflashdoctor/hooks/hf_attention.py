@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -151,6 +152,7 @@ class HFAttentionRecorder:
         self._rows: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, Any]] = weakref.WeakKeyDictionary()
         self._post_init: tuple[type, Callable[..., Any]] | None = None
         self._layer_hook = self._make_layer_hook()
+        self._calling = threading.local()  # per thread: how deep in interface calls (pairs run on threads)
 
     def __enter__(self) -> HFAttentionRecorder:
         try:
@@ -182,6 +184,11 @@ class HFAttentionRecorder:
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
+
+    def in_interface_call(self) -> bool:
+        """Whether this thread is inside an attention-interface call, which this recorder records:
+        the flex-call recorder leaves transformers' compiled singleton called from there alone."""
+        return getattr(self._calling, "depth", 0) > 0
 
     def layers(self) -> list[dict[str, Any]]:
         """Every attention layer listed, as it ran: the implementation that took its calls (for a
@@ -273,7 +280,12 @@ class HFAttentionRecorder:
                     comptime(note_traced_call)
                 return fn(module, query, key, value, attention_mask, *args, **kwargs)
             before = self.dense.mark()
-            result = fn(module, query, key, value, attention_mask, *args, **kwargs)
+            calling = self._calling
+            calling.depth = getattr(calling, "depth", 0) + 1
+            try:
+                result = fn(module, query, key, value, attention_mask, *args, **kwargs)
+            finally:
+                calling.depth -= 1
             self._via_interface.add(module)
             site = self._site(module, impl, sys._getframe(1))
             if site.file is None:

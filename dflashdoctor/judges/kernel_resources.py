@@ -2,9 +2,12 @@
 
 Triton refuses to launch a kernel that needs more of a per-block resource than the GPU has
 (`triton.runtime.errors.OutOfResources`: shared memory, tensor memory, registers), and Inductor
-passes the refusal on inside its own errors (`No valid triton configs. OutOfResources: ...`). The
-words come from Triton's own `__str__` and stay the same however many wrappers the exception
-passes through, so the message and traceback are read, not the exception type. flex_attention's
+passes the refusal on inside its own errors (`No valid triton configs. OutOfResources: ...`).
+Inductor's own launcher checks shared memory before Triton does and words it differently, naming
+the kernel instead of the resource (`OutOfMemoryError: out of resource: triton_tem_fused_flex_attention_4
+Required: 721408 Hardware limit:232448`, seen on an H200 with torch 2.11). The words stay the same
+however many wrappers the exception passes through, so the message and traceback are read, not
+the exception type. flex_attention's
 compiled backward is the common victim: its default tiles at head_dim 128 need more shared memory
 than GPUs with about 100 KB per block (RTX 4090/5090, RTX PRO 6000 Blackwell) have, while the
 H100/H200 have 227 KB.
@@ -21,6 +24,10 @@ from dflashdoctor.report import Finding, Where
 _OUT_OF_RESOURCE = re.compile(
     r"out of resource: (?P<resource>[\w ]{1,40}?), "
     r"Required: (?P<required>\d{1,18}), Hardware limit: (?P<limit>\d{1,18})\b"
+)
+# torch's static CUDA launcher: the kernel's name where Triton puts the resource, always shared memory
+_LAUNCHER_REFUSAL = re.compile(
+    r"out of resource: (?P<kernel>\w{1,200}) Required: (?P<required>\d{1,18}) Hardware limit:\s?(?P<limit>\d{1,18})\b"
 )
 _KERNEL = re.compile(r"\b(triton_(?:tem|per|red|poi|for)_\w+|triton_\w*flex\w*)")
 _FLEX_BACKWARD = ("flex_attention_backward", "flex_backward", "sdpa_backward", ".backward(")
@@ -39,15 +46,21 @@ class OutOfResources:
         """The refusal in an error's message or traceback, or None when the error is another."""
         text = f"{message}\n{traceback}"
         match = _OUT_OF_RESOURCE.search(text)
-        if match is None:
+        launcher = None if match else _LAUNCHER_REFUSAL.search(text)
+        if launcher is not None:
+            resource, kernel = "shared memory", launcher.group("kernel")
+            match = launcher
+        elif match is not None:
+            found = _KERNEL.search(text)
+            resource, kernel = match.group("resource"), found.group(1) if found else None
+        else:
             return None
-        kernel = _KERNEL.search(text)
         return OutOfResources(
-            resource=match.group("resource"),
+            resource=resource,
             required=int(match.group("required")),
             limit=int(match.group("limit")),
-            kernel=kernel.group(1) if kernel else None,
-            backward=any(marker in text for marker in _FLEX_BACKWARD),
+            kernel=kernel,
+            backward=any(marker in text for marker in _FLEX_BACKWARD) or "backward" in (kernel or ""),
         )
 
     def fix(self) -> str:

@@ -22,10 +22,13 @@ from dflashdoctor.observations import DenseEvent, TraceAttentionObservations
 from dflashdoctor.report import Finding, ProbeResult, Where
 
 _FLEX = "flex_attention"
-# How a call reached attention: through transformers' attention interface, a layer's own forward
+# How a call reached attention: through transformers' attention interface, transformers' compiled
+# flex called from the user's own code (`compile_friendly_flex_attention`), a layer's own forward
 # (a linear-attention layer), the user's compiled wrapper, flex_attention itself, or not at all (a
 # layer the step never reached, listed from the module tree).
-Path = Literal["transformers-interface", "module-forward", "compiled-wrapper", "raw-flex", "module-tree"]
+Path = Literal[
+    "transformers-interface", "transformers-compiled", "module-forward", "compiled-wrapper", "raw-flex", "module-tree"
+]
 _HF_FLEX_FIX = (
     "If you compile your own flex_attention wrapper, register it for the model: "
     "`AttentionInterface.register('flex_attention', your_wrapper)`; otherwise transformers compiles "
@@ -54,6 +57,7 @@ def _is_power_of_two(n: int) -> bool:
 
 
 _OUTER_REGION = "inside an outer compiled region"
+_WRAPPER_PATHS = ("compiled-wrapper", "transformers-compiled")  # a compiled flex whose own backend decides
 _CARRIED = (
     *("file", "line", "function", "module", "calls", "compiled_into_graphs", "dense_forward", "dense_backward"),
     *("training", "backend"),
@@ -113,6 +117,13 @@ def user_site(site: dict[str, Any]) -> dict[str, Any]:
         path = "compiled-wrapper"
         via = f"user compiled wrapper {names} (torch.compile at {site['compiled_at']}, backend {site['backend']})"
         verdict = "dense despite compile" if _ran_dense(site) else "fused"
+    elif site["via"] == "transformers compiled flex":
+        path = "transformers-compiled"
+        via = (
+            "transformers' compiled flex_attention singleton, called from your code "
+            f"(compile_friendly_flex_attention; torch.compile at {site['compiled_at']})"
+        )
+        verdict = "dense despite compile" if _ran_dense(site) else "fused"
     else:
         path = "raw-flex"
         via = "raw flex_attention" + ("" if site.get("in_compiled_region") else " (not compiled)")
@@ -144,19 +155,50 @@ _MERGED_KEYS = ("calls", "compiled_into_graphs", "dense_forward", "dense_backwar
 _MAX_KEYS = ("score_matrix_bytes", "dense_forward_peak_bytes", "dense_backward_peak_bytes")
 
 
+def _fold_twin(row: dict[str, Any], twin: dict[str, Any]) -> None:
+    """`twin` is `row`'s layer seen again by another recorder: the calls are the same calls (the
+    larger graph count stands), the dense kernels claimed by either are the layer's."""
+    twin["compiled_into_graphs"] = max(twin["compiled_into_graphs"] or 0, row["compiled_into_graphs"] or 0)
+    for direction in ("forward", "backward"):
+        twin[f"dense_{direction}"] = max(twin[f"dense_{direction}"] or 0, row[f"dense_{direction}"] or 0)
+    for name in _MAX_KEYS:
+        values = [v for v in (twin.get(name), row.get(name)) if v is not None]
+        twin[name] = max(values) if values else None
+    if _ran_dense(twin) and twin["verdict"] == "fused":
+        twin["verdict"] = "dense despite compile"
+    if twin["origin"] == "transformers" and row.get("file") and _origin(row["file"]) != "transformers":
+        # transformers' line is where every layer calls; the user's line that called in is the site
+        twin.update(file=row["file"], line=row["line"], function=row["function"])
+        twin["origin"] = f"{_origin(row['file'])} via transformers"
+
+
 def _without_second_sightings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Under `run` transformers binds the flex-call recorder's stand-in, so a layer traced into a
-    compiled graph is seen twice: through the attention interface and as a raw call from
-    transformers' own file. The interface row is the layer's (it claimed the dense kernels); the
-    other is dropped, keeping the larger graph count."""
-    interface = {r["module"]: r for r in rows if r["path"] == "transformers-interface" and r["module"]}
+    """One layer seen by two recorders is one row.
+
+    A layer's forward hook sees every call of an attention module; where a flex recorder saw the
+    same module call flex_attention (a model calling transformers' compiled flex or a wrapper
+    itself), the hook's row is that call seen again. Under `run` transformers binds the flex-call
+    recorder's stand-in, so a layer traced into a compiled graph is also seen through the attention
+    interface and as a raw call from transformers' own file; the interface row is the layer's. The
+    second sighting is folded into the layer's row, with whatever dense kernels it claimed."""
+    flex = {}
+    for row in rows:
+        if row["impl"] == _FLEX and row["path"] != "module-forward" and row["module"]:
+            known = flex.get(row["module"])
+            if known is None or (row["path"] == "transformers-interface") > (known["path"] == "transformers-interface"):
+                flex[row["module"]] = row
     kept = []
     for row in rows:
-        twin = interface.get(row["module"]) if row["path"] == "raw-flex" and row["origin"] == "transformers" else None
-        if twin is None or _ran_dense(row):
+        twin = flex.get(row["module"])
+        hook_twin = row["path"] == "module-forward"
+        raw_twin = row["path"] == "raw-flex" and row["origin"] == "transformers" and twin is not row
+        if twin is None or not (hook_twin or (raw_twin and twin["path"] == "transformers-interface")):
             kept.append(row)
             continue
-        twin["compiled_into_graphs"] = max(twin["compiled_into_graphs"] or 0, row["compiled_into_graphs"] or 0)
+        if raw_twin and _ran_dense(row):  # a dense raw call of transformers' file keeps its own row
+            kept.append(row)
+            continue
+        _fold_twin(row, twin)
     return kept
 
 
@@ -238,7 +280,9 @@ class TraceAttentionJudge(Judge):
             route=_route(row, events),
             backend=row.get("backend"),
             in_outer_region=row["in_outer_region"],
-            wrapper_backend=row.get("backend") if row["path"] == "compiled-wrapper" else None,
+            wrapper_backend=row.get("backend")
+            if row["path"] in ("compiled-wrapper", "transformers-compiled")
+            else None,
             wrapper_compiled_at=row.get("compiled_at"),
             rebound=row.get("rebound"),
             known_file=row.get("file"),

@@ -174,3 +174,61 @@ def test_check_compile_blames_static_shapes_not_python_numbers_on_the_packed_wra
     assert "size mismatch" in limit["evidence"]["guard"]
     assert "dynamic=False" in limit["fix"] and "Python number" not in limit["fix"]
     assert run.check("call")["summary"].startswith("called as target(q, k, v, block_mask=...)")
+
+
+HELD_OUT_DRAFTER = ROOT / "benchmarks" / "held_out_drafter.py"
+TINY_DRAFTER = (
+    *("--device", "cpu", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "16"),
+    *("--intermediate", "128", "--vocab", "256", "--context", "128", "--blocks", "4", "--steps", "3", "--warmup", "1"),
+)
+DRAFTER_LAYERS = [f"layers.{i}.self_attn" for i in range(4)]
+
+
+@pytest.mark.parametrize("command", ["trace-attention", "run"])
+@pytest.mark.parametrize("backend", [None, "aot_eager"], ids=["healthy", "aot_eager"])
+def test_a_drafter_calling_transformers_compiled_flex_itself_is_one_flex_row_per_layer(command, backend, cli):
+    """The SpecForge-style drafter's attention calls transformers' `compile_friendly_flex_attention`
+    itself, not through the attention interface: each layer is one flex row at the drafter's line,
+    fused through transformers' singleton; compiled whole with aot_eager, every layer dense with the
+    model's backend as the cause (transformers hands the raw function to the model's graph)."""
+    args = (*TINY_DRAFTER, *(("--compile-model", backend) if backend else ()))
+    truth = subprocess.run(
+        [sys.executable, str(CASES_DIR / "ground_truth.py"), str(HELD_OUT_DRAFTER), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert truth.returncode == 0, truth.stderr[-2000:]
+    dense_forwards = json.loads(truth.stdout.strip().splitlines()[-1])["dense_forwards"]
+    if command == "run":
+        run = cli("run", "--", sys.executable, str(HELD_OUT_DRAFTER), *args)
+        (result,) = [r for r in run.report["results"] if r["probe"] != "run"]
+    else:
+        run = cli("trace-attention", "--script", str(HELD_OUT_DRAFTER), "--", *args)
+        (result,) = run.report["results"]
+    assert run.code == (1 if backend else 0), run.stdout + run.stderr
+    rows = [r for r in result["measurements"]["call_sites"] if r["impl"] == "flex_attention"]
+    assert sorted(r["module"] for r in rows) == DRAFTER_LAYERS, rows
+    # eagerly, the line that called transformers; inside the model's graph, the line calling the layer
+    site = "out = compile_friendly_flex_attention(" if not backend else "draft = draft + self.self_attn("
+    for row in rows:
+        assert (row["file"], row["line"]) == (str(HELD_OUT_DRAFTER), _drafter_line(site))
+        assert row["origin"].startswith("user code")
+    if not backend:
+        assert dense_forwards == 0
+        assert {(r["path"], r["verdict"]) for r in rows} == {("transformers-compiled", "fused")}
+        assert all("compile_friendly_flex_attention" in r["via"] for r in rows)
+        return
+    assert sum(r["dense_forward"] for r in rows) == dense_forwards == 12  # 3 steps, 4 layers
+    assert {(r["verdict"], r["cause_kind"]) for r in rows} == {("dense despite compile", "model-backend")}
+    compile_line = _drafter_line("drafter = torch.compile(drafter, backend=args.compile_model)")
+    findings = [f for f in result["findings"] if f["code"] == "dense-forward"]
+    assert len(findings) == 4
+    for found in findings:
+        assert f"held_out_drafter.py:{compile_line}" in found["detail"]
+        assert "backend='aot_eager'" in found["fix"] and "does not help" in found["fix"]
+
+
+def _drafter_line(text: str) -> int:
+    lines = HELD_OUT_DRAFTER.read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.strip().startswith(text))

@@ -35,6 +35,19 @@ def test_triton_refusal_is_read_however_inductor_wraps_it(message):
     assert "bwd_BLOCK_M1" in read.fix() and "num_stages" in read.fix()
 
 
+def test_inductors_launcher_refusal_names_the_kernel_in_the_resources_place():
+    # word for word what torch 2.11 raised on an H200 (tests/targets/oversized_tiles.py)
+    message = (
+        "No valid triton configs. OutOfMemoryError: out of resource: triton_tem_fused_flex_attention_4 "
+        "Required: 721408 Hardware limit:232448 Reducing block sizes or `num_stages` may help."
+    )
+    read = OutOfResources.read(message, "")
+    assert read == OutOfResources("shared memory", 721408, 232448, "triton_tem_fused_flex_attention_4", False)
+    assert "fwd_BLOCK_M" in read.fix()
+    backward = message.replace("flex_attention_4", "flex_attention_backward_7")
+    assert OutOfResources.read(backward, "").backward
+
+
 def test_other_errors_are_not_read_as_resources():
     assert OutOfResources.read("CUDA out of memory. Tried to allocate 2.00 GiB", TRACEBACK) is None
     assert OutOfResources.read("Required: 5, Hardware limit: 3", "") is None
