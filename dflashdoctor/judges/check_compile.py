@@ -209,13 +209,15 @@ class CheckCompileJudge(Judge):
                 "backward", "fail", f"dense backward in {n_bwd} of the target's calls", *(cause or ["dense-backward"])
             )
         elif not self._backward_completed():
-            self._check("backward", "skip", "never completed: the target's forward failed first")
+            raised = (self.observations.target_error or {}).get("phase") or ""
+            why = "it raised" if raised.endswith(":backward") else "the target's forward failed first"
+            self._check("backward", "skip", f"never completed: {why}")
         else:
             self._check("backward", "pass", "fused: no dense backward kernel ran")
 
     def _backward_completed(self) -> bool:
         return any(
-            name.endswith(":backward") and _is_target_phase(name) and not phase.get("oom")
+            name.endswith(":backward") and _is_target_phase(name) and "backward_s" in phase
             for name, phase in self.phases.items()
         )
 
@@ -350,6 +352,10 @@ class CheckCompileJudge(Judge):
             )
             return
         fwd, bwd = self._warm_peak(backward=False), self._warm_peak(backward=True)
+        if fwd is None and self.observations.target_error:
+            phase = self.observations.target_error.get("phase") or "its first call"
+            self._check("memory", "skip", f"not measured: the target raised in {phase} before its warm calls")
+            return
         eager_fwd = self.phases.get("eager", {}).get("peak_bytes")
         eager_bwd = self.phases.get("eager:backward", {}).get("peak_bytes")
         fwd_ratio, bwd_ratio = _ratio(eager_fwd, fwd), _ratio(eager_bwd, bwd)

@@ -74,3 +74,18 @@ def test_trace_attention_script_that_hits_it_gets_the_same_finding():
     script = raw("cpu/trace-script-raises")["traced_script"]
     (result,) = judged("cpu/trace-script-raises", traced_script={**script, "error": _error(str(REFUSED))})
     assert "target-raised" not in codes([result]) and documented([result], "kernel-out-of-resources")
+
+
+def test_the_h200_refusal_in_the_compiled_backward_is_judged_as_such():
+    """Recorded on an H200 (reports/examples/h200-realworld-oversized-tiles): the forward fused,
+    then Inductor's launcher refused the compiled backward. The backward and memory checks say
+    they were not reached, not "fused"."""
+    (result,) = judged("h200/check-compile-oversized-tiles")
+    (refused,) = documented([result], "kernel-out-of-resources")
+    assert refused.evidence["kernel"] == "triton_tem_fused_flex_attention_backward_1"
+    assert (refused.evidence["required"], refused.evidence["limit"]) == (344064, 232448)
+    assert refused.evidence["backward"] and "bwd_BLOCK_M1" in refused.fix
+    checks = {c.name: c for c in result.checks}
+    assert checks["forward"].status == "pass"
+    assert checks["backward"].status == "skip" and "it raised" in checks["backward"].summary
+    assert checks["memory"].status == "skip" and "target:first:backward" in checks["memory"].summary
