@@ -4,6 +4,7 @@ CI asks for. Every output starts from the report made encodable (render/text.py)
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from datetime import datetime
@@ -18,6 +19,7 @@ from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.render.terminal import render_terminal
 from dflashdoctor.render.text import encodable_report
 from dflashdoctor.report import Report
+from dflashdoctor.report_folder import ReportFolder, unsafe_reason, write_file
 
 DEFAULT_REPORTS = Path("reports")
 
@@ -28,6 +30,10 @@ def destination_problem(path: Path | None, *, folder: bool = True) -> str | None
     The nearest part of the path that exists must be a folder this user can write (or, for a file,
     the file itself, writable)."""
     path = path if path is not None else DEFAULT_REPORTS
+    if folder and os.path.lexists(path):
+        unsafe = _unsafe_folder(path)
+        if unsafe:
+            return unsafe
     existing = path
     while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent
@@ -36,24 +42,44 @@ def destination_problem(path: Path | None, *, folder: bool = True) -> str | None
             return f"{path} is a folder"
         return None if os.access(path, os.W_OK) else f"{path} cannot be written by this user"
     if not existing.is_dir():
-        return f"{existing} is not a folder" if existing != path else f"{path} is a file"
+        return f"{existing} is not a folder" if existing != path else f"{path} is {_kind(path)}, not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{existing} cannot be written by this user"
     return None
 
 
+def _kind(path: Path) -> str:
+    """What is at `path`, in words (a FIFO or a device is named as such, not as "a file")."""
+    mode = os.stat(path).st_mode
+    for test, words in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return words
+    return "a block device" if stat.S_ISBLK(mode) else "a file"
+
+
+def _unsafe_folder(path: Path) -> str | None:
+    """A report folder that is a link or not safe to write into, said before any probe runs."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link: a report folder is never reached through one"
+    reason = unsafe_reason(info) if stat.S_ISDIR(info.st_mode) else None
+    return f"{path} is {reason}" if reason else None
+
+
 def new_report_dir(command: str) -> Path:
-    """`reports/<time>-<command>`, made now and never shared: a second run in the same second gets `-2`."""
+    """`reports/<time>-<command>`, made now (private) and never shared: a second run in the same
+    second gets `-2`. `reports` itself is opened without following a link (report_folder.py)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    for attempt in range(1, 10_000):
-        path = DEFAULT_REPORTS / (f"{stamp}-{command}" if attempt == 1 else f"{stamp}-{command}-{attempt}")
-        try:
-            path.mkdir(parents=True)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise BadInput(f"cannot create the report folder {path}: {exc.strerror}") from None
-        return path
+    with ReportFolder.open(DEFAULT_REPORTS) as reports:
+        for attempt in range(1, 10_000):
+            name = f"{stamp}-{command}" if attempt == 1 else f"{stamp}-{command}-{attempt}"
+            try:
+                os.mkdir(name, 0o700, dir_fd=reports.fd)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise BadInput(f"cannot create the report folder {DEFAULT_REPORTS / name}: {exc.strerror}") from None
+            return DEFAULT_REPORTS / name
     raise BadInput(f"no free report folder name under {DEFAULT_REPORTS} for {stamp}-{command}")
 
 
@@ -89,7 +115,6 @@ def emit(
 
 def _write_copy(path: Path, text: str) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_file(path, text)
     except OSError as exc:  # the report directory is written already; say which copy failed
         raise BadInput(f"cannot write {path}: {exc.strerror}") from None

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,6 +168,15 @@ def permissions_apply(tmp_path: Path) -> tuple[str, ...]:
 
 
 _NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all")
+
+
+@pytest.fixture
+def shared():
+    """A world-writable sticky folder like /tmp, that nobody can reach (tmp_path is private to root)."""
+    folder = Path(tempfile.mkdtemp(prefix="dflashdoctor-shared-", dir="/tmp"))
+    folder.chmod(0o1777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def as_nobody(script: str) -> None:

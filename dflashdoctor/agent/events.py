@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Any
 
+from dflashdoctor.report_folder import open_append
+
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 
 
@@ -35,7 +37,8 @@ class EventLog:
             self._pid = pid
             self._lock = threading.RLock()
             path = os.path.join(self.folder, f"{socket.gethostname()}-{pid}.jsonl")
-            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115  (kept open for the process)
+            # kept open for the process; made O_EXCL|O_NOFOLLOW, never through a name planted first
+            self._file = os.fdopen(open_append(path), "a", encoding="utf-8")
         return self._file
 
     def write(self, kind: str, **fields: Any) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from dflashdoctor.agent.config import EVENTS_DIR, PACKAGE_DIR, STACK_SIGNAL, RunSettings
 from dflashdoctor.agent.events import RANK_VARIABLES, EventLog
 from dflashdoctor.agent.post_import import when_imported
+from dflashdoctor.report_folder import open_append
 
 _SAMPLE_S = 1.0  # how often the sampler looks at the threads' stacks
 _PROGRESS_EVERY_S = 2.0  # at most one progress event this often
@@ -132,7 +133,8 @@ class ProcessAgent:
         """The doctor's fallback when py-spy is missing: this signal makes faulthandler write every
         thread's stack from C, which works even while the program is stuck on a lock."""
         path = os.path.join(self.folder, f"stacks-{os.getpid()}.txt")
-        self._stacks_file = open(path, "w")  # noqa: SIM115  (faulthandler writes to it until exit)
+        # faulthandler writes to it until exit; made O_EXCL|O_NOFOLLOW, never through a planted name
+        self._stacks_file = os.fdopen(open_append(path), "a")
         if signal.getsignal(STACK_SIGNAL) in (signal.SIG_DFL, None):
             faulthandler.register(STACK_SIGNAL, file=self._stacks_file, all_threads=True, chain=False)
 

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Protocol
 
@@ -15,6 +14,7 @@ from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.markdown import render_markdown
 from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.report import Report
+from dflashdoctor.report_folder import ReportFolder
 
 
 def render_json(report: Report) -> str:
@@ -41,21 +41,12 @@ FILES = {"report.json": "json", "report.html": "html", "report.md": "md", "junit
 def write_report_dir(report: Report, directory: Path, observations: str | None = None) -> Path:
     """Write every file format into `directory` (created if needed), and `observations.json` when
     given (`Report.observations_json`); returns the directory. `report.json` comes last: a folder
-    holding it is whole, which is how node 0 of a multi-node run knows another node's part is done."""
-    directory.mkdir(parents=True, exist_ok=True)
-    if observations is not None:
-        _write_whole(directory / "observations.json", observations)
-    for name, format_name in sorted(FILES.items(), key=lambda item: item[0] == "report.json"):
-        _write_whole(directory / name, FORMATS[format_name](report))
+    holding it is whole, which is how node 0 of a multi-node run knows another node's part is done.
+    Each file replaces its name whole (report_folder.py), so a reader in another process sees the old
+    file or the new one; observations.json, which holds environment values, is private to the user."""
+    with ReportFolder.open(directory) as folder:
+        if observations is not None:
+            folder.write("observations.json", observations, private=True)
+        for name, format_name in sorted(FILES.items(), key=lambda item: item[0] == "report.json"):
+            folder.write(name, FORMATS[format_name](report))
     return directory
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """Written beside and renamed over: a reader in another process (`merge` on a node of a
-    multi-node run, polling a shared folder) sees the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.report_folder import ReportFolder
+
 PART_FILE = "node.json"
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -73,11 +75,9 @@ def node_part(command: list[str], environ: Mapping[str, str]) -> NodePart | None
 
 
 def write_part(folder: Path, part: NodePart, command: list[str]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
     record = {**asdict(part), "command": command, "started": time.time(), "pid": os.getpid()}
-    tmp = folder / f".{PART_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps(record), encoding="utf-8")
-    os.replace(tmp, folder / PART_FILE)
+    with ReportFolder.open(folder) as opened:
+        opened.write(PART_FILE, json.dumps(record))
 
 
 @dataclass

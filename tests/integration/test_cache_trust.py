@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -26,15 +24,6 @@ from tests import cache_tree
 from tests.conftest import as_nobody, permissions_apply, run_cli
 
 STAMP = "20261201T000000.000000Z"
-
-
-@pytest.fixture
-def shared():
-    """A world-writable sticky folder like /tmp, that nobody can reach (tmp_path is private to root)."""
-    folder = Path(tempfile.mkdtemp(prefix="dflashdoctor-shared-", dir="/tmp"))
-    folder.chmod(0o1777)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _entry(original: object, stored: object, files: object = ()) -> dict:

@@ -58,16 +58,16 @@ def test_a_report_folder_is_whole_once_its_report_json_is_there(tmp_path, monkey
     """Node 0 polls for each part's report.json and then reads its observations.json: the report
     must come last, or node 0 merges a part it sees as done without what its node observed (seen in
     CI: two nodes merged, node 1's ranks missing)."""
-    from dflashdoctor import render
+    from dflashdoctor import render, report_folder
 
     written: list[str] = []
-    real_replace = render.os.replace
+    real_replace = report_folder.os.replace
 
-    def recording_replace(source, target):
+    def recording_replace(source, target, **folders):
         written.append(Path(target).name)
-        real_replace(source, target)
+        real_replace(source, target, **folders)
 
-    monkeypatch.setattr(render.os, "replace", recording_replace)
+    monkeypatch.setattr(report_folder.os, "replace", recording_replace)
     merged = merge(_copy(tmp_path), ["dflashdoctor", "merge"])
     render.write_report_dir(merged, tmp_path / "out", merged.observations_json())
     assert written[0] == "observations.json" and written[-1] == "report.json"

@@ -1,0 +1,147 @@
+"""Report folders and files written where another local user may have been first.
+
+dflashdoctor runs as root on shared nodes and writes into team folders (`run --report-dir SHARED`,
+`merge`, the default `./reports` of a shared working folder). A name written by path can be a
+link another user planted (`report.json -> /root/.ssh/authorized_keys`), and a temporary name
+that can be guessed (`.report.json.<pid>.tmp`) can be planted for the next pids. So a report
+folder is opened once, without following a link, and refused when another user owns it or can
+replace what is in it (writable by others, without the sticky bit); every file is then made under
+a random name with O_CREAT|O_EXCL|O_NOFOLLOW through that open folder and renamed over its final
+name there, which replaces a planted link instead of following it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from dflashdoctor.cache.safe_fs import open_child_folder, user_name
+from dflashdoctor.errors import BadInput
+
+PRIVATE_FOLDER = 0o700
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def unsafe_reason(info: os.stat_result) -> str | None:
+    """Why a folder may not be written into: owned by another user, or open to others' renames."""
+    me = os.geteuid()
+    if info.st_uid not in (me, 0):
+        return f"owned by {user_name(info.st_uid)}, not by {user_name(me)}, who runs this"
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        return (
+            f"writable by others (mode {stat.S_IMODE(info.st_mode):o}) without the sticky bit: they could replace "
+            "what is written there (chmod go-w, or chmod +t for a shared folder)"
+        )
+    return None
+
+
+class ReportFolder:
+    """An open report folder: files go in through its descriptor, never by path."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path, *, create: bool = True) -> ReportFolder:
+        """The folder at `path`: its parents made as named (links on the way are the user's own
+        setup), the folder itself made private when missing, else opened without following a link;
+        BadInput when it is a link, not a folder, or not safe to write into."""
+        parent, name = path.parent, path.name
+        if not name or name in (".", ".."):
+            path = path.resolve()
+            parent, name = path.parent, path.name
+        try:
+            if create:
+                parent.mkdir(parents=True, exist_ok=True)
+            parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise BadInput(f"cannot open the report folder {path}: {exc.strerror}") from None
+        try:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, PRIVATE_FOLDER, dir_fd=parent_fd)
+            fd = open_child_folder(parent_fd, name)
+        except OSError as exc:
+            why = "it is a symbolic link (never followed)" if exc.errno == errno.ELOOP else exc.strerror
+            raise BadInput(f"refusing the report folder {path}: {why}") from None
+        finally:
+            os.close(parent_fd)
+        reason = unsafe_reason(os.fstat(fd))
+        if reason:
+            os.close(fd)
+            raise BadInput(f"refusing the report folder {path}: {reason}")
+        return cls(fd, path)
+
+    def __enter__(self) -> ReportFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def new_folder(self, name: str) -> ReportFolder:
+        """A private folder made now inside this one (it must not exist: one left by another run, or
+        planted, is not reused)."""
+        try:
+            os.mkdir(name, PRIVATE_FOLDER, dir_fd=self.fd)
+            fd = open_child_folder(self.fd, name)
+        except OSError as exc:
+            raise BadInput(f"cannot make {self.path / name}: {exc.strerror}") from None
+        return ReportFolder(fd, self.path / name)
+
+    def write(self, name: str, text: str, *, private: bool = False) -> None:
+        """`name` replaced whole: a reader in another process sees the old file or the new one.
+        `private` files (environment values, events) are 0600, the others 0644."""
+        write_in(self.fd, name, text.encode("utf-8"), 0o600 if private else 0o644)
+
+
+def write_in(dir_fd: int, name: str, data: bytes, mode: int) -> None:
+    """Made under a random name that cannot be planted in advance, then renamed over `name`."""
+    tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, _NEW_FILE, mode, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+
+
+def write_file(path: Path, text: str) -> None:
+    """A file the user named (`--junit PATH`): its folder is theirs to choose, but a link planted at
+    the name itself is replaced, never written through."""
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_in(fd, path.name, text.encode("utf-8"), 0o644)
+    finally:
+        os.close(fd)
+
+
+def open_append(path: str) -> int:
+    """A log file of this process (named by its pid): made with O_EXCL|O_NOFOLLOW; one already there
+    is reused only when it is a plain file of this user's with no other name (a process that
+    exec'd itself keeps its pid), never a link or another user's file. OSError otherwise."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        fd = os.open(path, flags | os.O_NONBLOCK)  # a planted FIFO must not block the open
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1:
+        os.close(fd)
+        raise OSError(errno.EPERM, f"{path} is not this process's own log file")
+    os.set_blocking(fd, True)
+    return fd
