@@ -1,12 +1,13 @@
 """Whether a process still runs (one that left a temporary file in a cache, and so may still be
-writing it, or one of a run's processes), and killing a probe with everything it started. Standard
-library only: the probe host uses it too."""
+writing it, or one of a run's processes), killing a probe with everything it started, and the tail
+of what it wrote. Standard library only: the probe host uses it too."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+from pathlib import Path
 
 
 def pid_alive(pid: int) -> bool:
@@ -32,3 +33,16 @@ def kill_with_group(pid: int) -> None:
     for kill in (os.kill, os.killpg):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             kill(pid, signal.SIGKILL)
+
+
+def output_tail(path: Path, max_bytes: int) -> str:
+    """The last `max_bytes` of a child's captured output, read from there: a probe that wrote
+    gigabytes to stderr costs the doctor `max_bytes`, not the file (which stays on disk)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - max_bytes))
+            data = handle.read(max_bytes)
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")

@@ -25,7 +25,7 @@ from typing import IO, Any
 from dflashdoctor.forkserver.client import HostedChild, current_host
 from dflashdoctor.forkserver.server import READ_WHEN_USED
 from dflashdoctor.probe_support import PARENT_VARIABLE
-from dflashdoctor.processes import kill_with_group
+from dflashdoctor.processes import kill_with_group, output_tail
 from dflashdoctor.remote import SshTarget, run_remote
 
 _STACK_DUMP_GRACE_S = 2.0
@@ -79,14 +79,6 @@ def resolve_python(python: str | None) -> str:
     if not found:
         raise ValueError(f"--python {python}: no such executable")
     return found
-
-
-def _tail(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-_TAIL_CHARS:].decode("utf-8", errors="replace")
 
 
 def probe_env(python: str) -> dict[str, str]:
@@ -196,8 +188,8 @@ def run_probe(
             duration_s=round(time.monotonic() - started, 3),
             returncode=child.returncode,
             timed_out=timed_out,
-            stdout_tail=_tail(work / "stdout"),
-            stderr_tail=_tail(work / "stderr"),
+            stdout_tail=output_tail(work / "stdout", _TAIL_CHARS),
+            stderr_tail=output_tail(work / "stderr", _TAIL_CHARS),
             argv=argv,
         )
         if not timed_out and out_path.exists():

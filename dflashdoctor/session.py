@@ -16,6 +16,7 @@ from dflashdoctor.errors import BadInput, MissingPackage
 from dflashdoctor.observations import ObservationsError, load
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.probe_support import missing_package
+from dflashdoctor.redaction import redact_argv
 from dflashdoctor.remote import SshTarget
 from dflashdoctor.report import ProbeResult, Report
 from dflashdoctor.runner import ProbeRun, resolve_python, run_probe
@@ -29,7 +30,7 @@ _PROBED_ENVIRONMENT = ("python", "torch", "transformers", "device", "device_name
 def new_report(command: str, argv: list[str]) -> Report:
     return Report(
         command=command,
-        argv=argv,
+        argv=redact_argv(argv),  # a token on the command line is kept by no report
         started=datetime.now(UTC).isoformat(timespec="seconds"),
         environment={
             "dflashdoctor": __version__,

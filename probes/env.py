@@ -5,8 +5,8 @@ is never imported, and triton and FLA only as far as `fla.utils`, where FLA is i
 platform and its own guards), the GPUs torch sees, the knobs set in the environment,
 dynamo's recompile limit, the cache roots with their sizes and filesystems (on this machine:
 with `--ssh` the probed side is another one), and whether the big packages' bytecode is compiled
-or can be written (and how long importing torch then took). The doctor redacts and judges;
-nothing here decides.
+or can be written (and how long importing torch then took). Secret values are redacted
+here, as they are read; the doctor judges, nothing here decides.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dflashdoctor.cache.environment import NETWORK_FILESYSTEMS, mount_of
 from dflashdoctor.cache.roots import resolve_roots
 from dflashdoctor.fla_guards import fla_state
 from dflashdoctor.probe_support import probe_main
+from dflashdoctor.redaction import redact_variables
 
 VARIABLE_PREFIXES = ("TORCH", "TRITON", "FLA_", "CUDA", "NCCL", "PYTORCH", "HF_", "TRANSFORMERS", "NVIDIA", "OMP_")
 _PACKAGES = ("torch", "triton", "transformers", "fla-core", "flash-linear-attention", "numpy", "dflashdoctor")
@@ -167,7 +168,8 @@ def run(_config: dict[str, Any]) -> dict[str, Any]:  # env takes no options
         "platform": platform.platform(),
         "packages": {name: _version(name) for name in _PACKAGES},
         "driver": driver,
-        "variables": {k: v for k, v in sorted(os.environ.items()) if k.startswith(VARIABLE_PREFIXES)},
+        # redacted here, where they are read: no observations.json or report keeps a secret
+        "variables": redact_variables({k: v for k, v in sorted(os.environ.items()) if k.startswith(VARIABLE_PREFIXES)}),
         "cache_roots": _cache_roots(),
         # before torch is imported: nothing written by this probe's own imports is counted
         "bytecode": interpreter_bytecode() | {"packages": [p for p in map(package_bytecode, _BYTECODE_PACKAGES) if p]},

@@ -25,6 +25,7 @@ from typing import Any
 from dflashdoctor.agent.config import EVENTS_DIR, PACKAGE_DIR, STACK_SIGNAL, RunSettings
 from dflashdoctor.agent.events import RANK_VARIABLES, EventLog
 from dflashdoctor.agent.post_import import when_imported
+from dflashdoctor.redaction import redact_argv, redact_text
 from dflashdoctor.report_folder import open_append
 
 _SAMPLE_S = 1.0  # how often the sampler looks at the threads' stacks
@@ -63,7 +64,7 @@ class ProcessAgent:
     def start(self) -> None:
         self.log.write(
             "start",
-            argv=list(getattr(sys, "orig_argv", sys.argv)),  # `python -m x` has no argv[0] yet
+            argv=redact_argv(list(getattr(sys, "orig_argv", sys.argv))),  # `python -m x` has no argv[0] yet
             executable=sys.executable,
             ppid=os.getppid(),
             cwd=os.getcwd(),
@@ -119,8 +120,8 @@ class ProcessAgent:
             "exception",
             thread=thread,
             type=type(exc).__name__,
-            message=str(exc)[:2000],
-            traceback="".join(traceback.format_exception(exc))[-_TRACEBACK_CHARS:],
+            message=redact_text(str(exc)[:2000]),
+            traceback=redact_text("".join(traceback.format_exception(exc))[-_TRACEBACK_CHARS:]),
             where={"file": last.filename, "line": last.lineno, "function": last.name} if last else None,
             raised_at=f"{raised.filename}:{raised.lineno} in {raised.name}" if raised else None,
             module=module,

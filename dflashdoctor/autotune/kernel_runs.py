@@ -29,6 +29,7 @@ from typing import Any
 
 from dflashdoctor.autotune.kernel_trial import POISONED, has_binaries, tuning_files
 from dflashdoctor.autotune.trials import ThreadError, Trial
+from dflashdoctor.processes import output_tail
 
 _STDERR_TAIL = 4000
 _MIN_TRIAL_S = 30.0  # kept for each trial still to run
@@ -116,7 +117,9 @@ def _host(
                     continue
                 if code == POISONED:  # it finished its trial and left the device unusable
                     break
-                died = _died(_tail(stderr_path), code, timed_out, allowed, fix=fix, threads=threads)
+                died = _died(
+                    output_tail(stderr_path, 2 * _STDERR_TAIL), code, timed_out, allowed, fix=fix, threads=threads
+                )
                 died["fresh_process"] = index == first
                 died["binaries_cached"] = compiled_before
                 after = tuning_files(triton_cache)
@@ -131,10 +134,6 @@ def _host(
                 host.kill()
                 host.wait()
     return results
-
-
-def _tail(path: Path) -> str:
-    return path.read_bytes()[-2 * _STDERR_TAIL :].decode(errors="replace")
 
 
 def _died(

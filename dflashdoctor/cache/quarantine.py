@@ -21,6 +21,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,6 +45,7 @@ from dflashdoctor.cache.safe_fs import (
     read_private_file,
     refused_because,
     untrusted_reason,
+    user_name,
     write_private_file,
 )
 
@@ -140,6 +142,41 @@ def _parent(base_fd: int, names: tuple[str, ...], **walk: Any) -> Iterator[int |
         yield fd
 
 
+def open_root(parent_fd: int, root: Path) -> int:
+    """The cache root `fix` and `restore` move through, opened once by its name in `parent_fd`.
+
+    A teammate who can write the root's parent (a team scratch folder, mode 2775) could swap the root
+    for a link or a folder of theirs between two runs: then root's files would be carried into their
+    folder, or theirs into root's. So the root is a folder this user or root owns, opened without
+    following a link, unless the link itself is one nobody else could have put or replaced there
+    (its folder writable by its owner alone, or sticky and the link this user's or the folder
+    owner's). Untrusted otherwise."""
+    info = os.stat(root.name, dir_fd=parent_fd, follow_symlinks=False)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    if stat.S_ISLNK(info.st_mode):
+        parent = os.fstat(parent_fd)
+        sticky_and_ours = parent.st_mode & stat.S_ISVTX and info.st_uid in (os.geteuid(), parent.st_uid)
+        if parent.st_mode & 0o022 and not sticky_and_ours:
+            raise Untrusted(
+                str(root),
+                f"a link in a folder others can write ({root.parent}, mode {stat.S_IMODE(parent.st_mode):o}): "
+                "another user could have swapped it",
+            )
+    else:
+        flags |= os.O_NOFOLLOW  # swapped for a link since the stat above: ELOOP
+    try:
+        fd = os.open(root.name, flags, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Untrusted(str(root), refused_because(exc)) from None
+        raise
+    owner = os.fstat(fd).st_uid
+    if owner not in (os.geteuid(), 0):
+        os.close(fd)
+        raise Untrusted(str(root), f"owned by {user_name(owner)}, not by {user_name(os.geteuid())}, who runs this")
+    return fd
+
+
 class QuarantineHome:
     """A root's quarantine folder (`<root>.dflashdoctor-quarantine/`), opened and checked once, with
     the root opened beside it. Every move goes through these two open folders."""
@@ -170,7 +207,7 @@ class QuarantineHome:
             if fd is None:
                 return None
             try:  # by its name in the folder just checked, so the link rule above holds for it
-                root_fd = os.open(root.name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent_fd)
+                root_fd = open_root(parent_fd, root)
             except BaseException:
                 os.close(fd)
                 raise

@@ -20,6 +20,7 @@ from dflashdoctor.judges.run import judge
 from dflashdoctor.limits import MAX_STEPS, count_problem
 from dflashdoctor.observations import RunObservations
 from dflashdoctor.probe_spec import ProbeSpec
+from dflashdoctor.redaction import redact_argv
 from dflashdoctor.render import write_report_dir
 from dflashdoctor.render.text import encodable_report
 from dflashdoctor.report import Report
@@ -72,7 +73,7 @@ def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) ->
         raise BadInput(f"{events} holds events of an earlier run: give another --report-dir")
     started = time.monotonic()
     report = new_report("run", argv)
-    report.environment["target"] = " ".join(options.command)
+    report.environment["target"] = " ".join(redact_argv(options.command))
     settings = RunSettings(steps=options.steps, memory_snapshot=options.memory_snapshot, strict=options.strict)
     bootstrap = launch.bootstrap_folder()
     try:
@@ -81,7 +82,7 @@ def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) ->
         outcome = watch(child, events, options.hang_timeout_s)
     finally:
         shutil.rmtree(bootstrap, ignore_errors=True)
-    observations = RunObservations(command=options.command, outcome=outcome, processes=read_logs(events))
+    observations = RunObservations(command=redact_argv(options.command), outcome=outcome, processes=read_logs(events))
     report.observations["run"] = observations.to_dict()
     report.results.extend(judge(observations, budgets or Budgets()))
     instrumented = next((log.instrumented for log in observations.processes if log.instrumented), None)

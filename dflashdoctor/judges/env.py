@@ -1,12 +1,11 @@
 """Judges the environment: what is installed, what is set, and the settings known to bite.
 
-Values of variables that look secret are redacted before anything is kept: the env report is meant
-to be pasted into bug reports.
+Values of variables that look secret arrive redacted (the probe redacts them as it reads them,
+redaction.py): the env report is meant to be pasted into bug reports.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import asdict
 from typing import Any
@@ -19,9 +18,6 @@ from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding, w
 from dflashdoctor.observations import EnvObservations
 from dflashdoctor.report import Finding, ProbeResult
 
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|AUTH", re.IGNORECASE)
-_SECRET_VALUE = re.compile(r"^(hf_|ghp_|gho_|github_pat_|sk-|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}")
-REDACTED = "<redacted>"
 DEFAULT_RECOMPILE_LIMIT = 8
 # below this share of a package's modules with current bytecode, its imports compile from source
 # (a few modules of a big package may never compile: tests, files for other Python versions)
@@ -56,23 +52,6 @@ _HAZARDS: tuple[tuple[str, str | None, str, str], ...] = (
 )
 
 
-# credentials inside a value: a URL's user:password@, and secret-looking query parameters
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@]+@")
-_QUERY_SECRET = re.compile(r"(?i)([?&;](?:token|access_token|api_?key|key|secret|password|sig|signature)=)[^&;\s]+")
-
-
-def redact(variables: dict[str, str]) -> dict[str, str]:
-    """Whole values of secret-looking variables; inside any other value, the credentials of URLs
-    (`HF_ENDPOINT=https://user:pass@host/`) and secret query parameters."""
-    out = {}
-    for name, value in variables.items():
-        if _SECRET_NAME.search(name) or _SECRET_VALUE.match(value):
-            out[name] = REDACTED
-        else:
-            out[name] = _QUERY_SECRET.sub(rf"\1{REDACTED}", _URL_USERINFO.sub(rf"\1{REDACTED}@", value))
-    return out
-
-
 class EnvJudge(Judge):
     def __init__(self, observations: EnvObservations, budgets: Budgets) -> None:
         super().__init__("env", budgets)
@@ -95,7 +74,7 @@ class EnvJudge(Judge):
             size = f"{size_text(root['bytes'])} in {root['files']} files" if root["exists"] else "not created yet"
             place = f", on {root['filesystem']}" if root.get("filesystem") else ""
             self._check(f"cache {root['kind']}", "info", f"{root['path']} ({root['source']}): {size}{place}")
-        variables = redact(obs.variables)
+        variables = obs.variables
         self._hazards(variables)
         self._shared_roots()
         self._bytecode()

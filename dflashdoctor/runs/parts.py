@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.redaction import redact_argv
 from dflashdoctor.report_folder import ReportFolder
 
 PART_FILE = "node.json"
@@ -75,7 +76,7 @@ def node_part(command: list[str], environ: Mapping[str, str]) -> NodePart | None
 
 
 def write_part(folder: Path, part: NodePart, command: list[str]) -> None:
-    record = {**asdict(part), "command": command, "started": time.time(), "pid": os.getpid()}
+    record = {**asdict(part), "command": redact_argv(command), "started": time.time(), "pid": os.getpid()}
     with ReportFolder.open(folder) as opened:
         opened.write(PART_FILE, json.dumps(record))
 

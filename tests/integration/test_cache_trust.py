@@ -302,3 +302,57 @@ def test_the_api_refuses_a_nan_wait(tmp_path):
     options = CacheOptions("fix", triton_dir=tmp_path, wait_s=float("nan"))
     with pytest.raises(BadInput, match="--wait must be a finite number of seconds, not nan"):
         cache(options, ["dflashdoctor", "cache", "fix"])
+
+
+def _team_folder(shared: Path) -> Path:
+    """A team scratch folder root owns, that nobody's group may write (mode 2775)."""
+    team = shared / "team"
+    team.mkdir()
+    os.chown(team, 0, 65534)
+    team.chmod(0o2775)
+    return team
+
+
+def test_fix_refuses_a_root_a_teammate_swapped_for_a_link(tmp_path, shared):
+    """nobody, who may write the team folder, moves root's Triton root aside and links its name to a
+    folder of nobody's holding a broken entry: fix would carry nobody's files into root's quarantine
+    (and restore them wherever the manifest says). It refuses the root, moves nothing."""
+    team = _team_folder(shared)
+    root = team / "triton"
+    cache_tree.healthy_tree(root, 2)
+    theirs = shared / "theirs"
+    broken = cache_tree.healthy_tree(theirs, 2)[0]
+    cache_tree.truncate_binary(broken)  # an entry fix would move
+    subprocess.run(["chown", "-R", "65534:65534", str(theirs)], check=True)
+    before = sorted(p.name for p in broken.iterdir())
+    as_nobody(f"mv {root} {team}/old; ln -s {theirs} {root}")
+    run = run_cli(tmp_path, "cache", "fix", "--triton-dir", str(root))
+    assert run.code == 1, run.stdout + run.stderr
+    (refused,) = run.findings("cache-quarantine-refused")
+    assert refused["where"]["file"] == str(root) and "another user could have swapped it" in refused["title"]
+    assert sorted(p.name for p in broken.iterdir()) == before  # nothing of nobody's moved
+    assert not run.findings("cache-quarantined")
+
+
+def test_fix_refuses_a_root_a_teammate_replaced_with_a_folder_of_theirs(tmp_path, shared):
+    team = _team_folder(shared)
+    root = team / "inductor"
+    (root / "ab").mkdir(parents=True)
+    as_nobody(f"mv {root} {team}/old; mkdir -p {root}/ab; printf '{{not json' > {root}/ab/settings.json")
+    run = run_cli(tmp_path, "cache", "fix", "--inductor-dir", str(root))
+    assert run.code == 1, run.stdout + run.stderr
+    (refused,) = run.findings("cache-quarantine-refused")
+    assert "owned by nobody (uid 65534)" in refused["title"]
+    assert (root / "ab" / "settings.json").read_text() == "{not json"
+
+
+def test_a_link_root_in_a_folder_only_its_owner_writes_is_still_followed(tmp_path):
+    """The user's own setup (a cache root linked to a scratch disk from a private folder) is theirs."""
+    real = tmp_path / "scratch" / "triton"
+    folders = cache_tree.healthy_tree(real, 3)
+    cache_tree.truncate_binary(folders[0])
+    (tmp_path / "home").mkdir(mode=0o755)
+    (tmp_path / "home" / "triton").symlink_to(real)
+    run = run_cli(tmp_path, "cache", "fix", "--triton-dir", str(tmp_path / "home" / "triton"))
+    assert run.code == 0, run.stdout + run.stderr
+    assert run.findings("cache-quarantined") and not run.findings("cache-quarantine-refused")

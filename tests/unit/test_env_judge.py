@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dflashdoctor.judges.env import redact
+from dflashdoctor.redaction import redact_argv, redact_text, redact_variables
 from tests.unit.recorded import documented, found, judged, raw
 
 CASES = {
@@ -51,5 +51,30 @@ def test_a_cache_root_on_a_network_filesystem():
         ({"TORCH_EXTENSIONS_DIR": "/opt/ext"}, {"TORCH_EXTENSIONS_DIR": "/opt/ext"}),
     ],
 )
-def test_secrets_never_reach_the_report(variables, kept):
-    assert redact(variables) == kept
+def test_secret_variables_are_redacted(variables, kept):
+    assert redact_variables(variables) == kept
+
+
+@pytest.mark.parametrize(
+    ("argv", "kept"),
+    [
+        (
+            ["train.py", "--hf-token", "abc", "--max-tokens", "5"],
+            ["train.py", "--hf-token", "<redacted>", "--max-tokens", "5"],
+        ),
+        (["train.py", "--api-key=abc", "--sort-key", "a"], ["train.py", "--api-key=<redacted>", "--sort-key", "a"]),
+        (["env", "HF_TOKEN=abc", "EPOCHS=3", "python"], ["env", "HF_TOKEN=<redacted>", "EPOCHS=3", "python"]),
+        (
+            ["--push", "https://bob:pw@hf.co/x?token=t&a=1"],
+            ["--push", "https://<redacted>@hf.co/x?token=<redacted>&a=1"],
+        ),
+        (["ghp_0123456789abcdef", "--password"], ["<redacted>", "--password"]),  # a last secret option: nothing to take
+    ],
+)
+def test_a_command_line_keeps_no_secret(argv, kept):
+    assert redact_argv(argv) == kept
+
+
+def test_text_keeps_no_token_shaped_word():
+    text = "401 for https://u:p@hf.co with hf_abcdefghijkl, sk-abcdefghijklmnop and AKIAABCDEFGHIJKLMNOP; hf_ok"
+    assert redact_text(text) == "401 for https://<redacted>@hf.co with <redacted>, <redacted> and <redacted>; hf_ok"

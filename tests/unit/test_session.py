@@ -60,3 +60,17 @@ def test_what_the_probed_side_refused_is_bad_input_not_a_crash():
 def test_a_new_report_says_which_doctor_made_it():
     report = new_report("env", ["dflashdoctor", "env"])
     assert report.environment["dflashdoctor"] and report.verdict == "pass" and not report.observations
+
+
+def test_a_probe_output_tail_is_read_from_the_end(tmp_path):
+    """A probe that wrote gigabytes: the tail is read by seeking, not by reading the file (a sparse
+    file of 64 GiB here, which would not fit in memory)."""
+    from dflashdoctor.processes import output_tail
+
+    capture = tmp_path / "stderr"
+    with open(capture, "wb") as handle:
+        handle.truncate(64 << 30)
+        handle.seek(0, 2)
+        handle.write(b"last words \xff\n")
+    assert output_tail(capture, 12) == "ast words \ufffd\n"
+    assert output_tail(tmp_path / "missing", 12) == ""
