@@ -3,9 +3,53 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62
+
+
+def _memory(value: Any) -> bool:
+    """Per device, the allocator's figures: numbers (a judge takes their maximum)."""
+    return isinstance(value, dict) and all(
+        isinstance(stats, dict) and all(_number(v) for v in stats.values() if v is not None) for stats in value.values()
+    )
+
+
+# What the readers of each kind of record rely on; a record that breaks it is a damaged line.
+_FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
+    "start": {"argv": lambda v: isinstance(v, list), "env": lambda v: isinstance(v, dict), "ppid": _count},
+    "step": {"step": _count, "memory": _memory, "step_s": lambda v: isinstance(v, dict)},
+    "dense": {"event": lambda v: isinstance(v, dict)},
+    "snapshot": {"observations": lambda v: isinstance(v, dict)},
+    "oom": {"steps": _count},
+}
+_REQUIRED = {"dense": ("event",)}
+
+
+def well_formed(record: Any) -> bool:
+    """Whether a parsed event line is one the judges can read: a damaged or hostile record (a
+    `"memory": 5`, a `"step": "abc"`) is counted as a damaged line instead of stopping the doctor."""
+    if not isinstance(record, dict) or not _count(record.get("pid")):
+        return False
+    if "t" in record and not _number(record["t"]):
+        return False
+    if record.get("rank") is not None and not _count(record["rank"]):
+        return False
+    kind = record.get("kind")
+    checks = _FIELDS.get(kind, {}) if isinstance(kind, str) else {}
+    if any(name not in record for name in _REQUIRED.get(kind, ())):
+        return False
+    return all(name not in record or record[name] is None or check(record[name]) for name, check in checks.items())
 
 
 @dataclass
@@ -99,12 +143,13 @@ class LogReader:
         for line in complete.decode("utf-8", errors="replace").splitlines():
             try:
                 record = json.loads(line)
-                pid = int(record["pid"])
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, RecursionError):
+                record = None
+            if not well_formed(record):
                 if line.strip() and file_pid is not None:
                     self.logs.setdefault(file_pid, ProcessLog(file_pid)).damaged_lines += 1
                 continue
-            self.logs.setdefault(pid, ProcessLog(pid)).add(record)
+            self.logs.setdefault(record["pid"], ProcessLog(record["pid"])).add(record)
 
 
 def read_logs(events: Path) -> list[ProcessLog]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from dflashdoctor.budgets import Budgets
 from dflashdoctor.report import Check, ProbeResult
 from tests.paths import TARGETS
 from tests.unit.recorded import codes, documented, found, judged
@@ -126,3 +127,53 @@ def test_a_command_that_never_loads_the_agent_says_so():
     processes = check(overview, "processes")
     assert (processes.status, processes.summary) == ("warn", "0 Python processes started, 0 imported torch")
     assert overview.measurements["command"][:2] == ["sh", "-c"] and overview.status == "pass"
+
+
+DAMAGED_RECORDS = [
+    '{"pid": PID, "kind": "step", "t": 1.0, "step": "abc"}',
+    '{"pid": PID, "kind": "step", "t": 1.0, "step": 3, "memory": 5}',
+    '{"pid": PID, "kind": "step", "t": 1.0, "step": 3, "memory": {"cuda:0": {"peak_bytes": "lots"}}}',
+    '{"pid": PID, "kind": "step", "t": "abc", "step": 3}',
+    '{"pid": PID, "kind": "step", "t": 1e999, "step": 3}',
+    '{"pid": PID, "kind": "step", "step": -1}',
+    '{"pid": PID, "kind": "dense", "t": 1.0}',
+    '{"pid": PID, "kind": "dense", "t": 1.0, "event": [1, 2]}',
+    '{"pid": PID, "kind": "snapshot", "t": 1.0, "observations": 7}',
+    '{"pid": PID, "kind": "start", "argv": "not a list"}',
+    '{"pid": PID, "kind": "oom", "steps": {"a": 1}}',
+    '{"pid": PID, "kind": "exit", "rank": "zero"}',
+    '{"pid": "PID", "kind": "exit"}',
+    '{"pid": true, "kind": "exit"}',
+    "[1, 2, 3]",
+    "17",
+    '{"pid": 1' + "0" * 5000 + ', "kind": "exit"}',
+    "[" * 100_000 + "]" * 100_000,
+]
+
+
+def test_a_damaged_or_hostile_event_record_is_a_counted_damaged_line():
+    """Each of these once stopped the doctor (exit 3, no report) while the command ran on: now
+    each is one damaged line, and the run is judged as it was without them."""
+    import json
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from dflashdoctor.observations import RunObservations
+    from dflashdoctor.registry import PROBES
+    from tests.unit.recorded import ASSETS
+
+    name = "cpu/run-eager-flex"
+    data = json.loads((ASSETS / f"{name}.json").read_text())["probes"]["run"]
+    clean = [str(f.code) for r in judged(name) for f in r.findings]
+    with tempfile.TemporaryDirectory() as tmp:
+        events = Path(tmp) / "events"
+        shutil.copytree(ASSETS / f"{name}.events", events)
+        (log,) = [p for p in events.glob("*.jsonl") if "-" in p.stem]
+        pid = log.stem.rsplit("-", 1)[1]
+        with log.open("a") as handle:
+            handle.writelines(record.replace("PID", pid) + "\n" for record in DAMAGED_RECORDS)
+        results = PROBES["run"].judge(RunObservations.read(data, events), Budgets())
+    assert [str(f.code) for r in results for f in r.findings] == clean
+    (process,) = [r for r in results if r.probe != "run"]
+    assert process.measurements["damaged_event_lines"] == len(DAMAGED_RECORDS)
