@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from dflashdoctor.errors import BadInput
+from dflashdoctor.placed_files import kind_of
 from dflashdoctor.render import github, write_report_dir
 from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.sarif import render_sarif
@@ -42,19 +43,14 @@ def destination_problem(path: Path | None, *, folder: bool = True) -> str | None
             return f"{path} is a folder"
         return None if os.access(path, os.W_OK) else f"{path} cannot be written by this user"
     if not existing.is_dir():
-        return f"{existing} is not a folder" if existing != path else f"{path} is {_kind(path)}, not a folder"
+        return (
+            f"{existing} is not a folder"
+            if existing != path
+            else f"{path} is {kind_of(os.stat(path).st_mode)}, not a folder"
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{existing} cannot be written by this user"
     return None
-
-
-def _kind(path: Path) -> str:
-    """What is at `path`, in words (a FIFO or a device is named as such, not as "a file")."""
-    mode = os.stat(path).st_mode
-    for test, words in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return words
-    return "a block device" if stat.S_ISBLK(mode) else "a file"
 
 
 def _unsafe_folder(path: Path) -> str | None:

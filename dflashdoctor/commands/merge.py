@@ -14,18 +14,21 @@ from pathlib import Path
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.run_nodes import RunPart, judge
 from dflashdoctor.observations import ObservationsError, RunObservations
+from dflashdoctor.placed_files import MIB, read_placed
 from dflashdoctor.report import Report
 from dflashdoctor.runs.parts import PART_FILE, FoundPart, find_parts
 from dflashdoctor.session import finish, new_report
+
+_OBSERVATIONS_BYTES = 256 * MIB  # a run's with many processes is a few megabytes
 
 
 def _observations(part: FoundPart) -> RunObservations | None:
     if part.report is None:
         return None
     try:
-        document = json.loads((part.folder / "observations.json").read_text(encoding="utf-8"))
+        document = json.loads(read_placed(part.folder / "observations.json", _OBSERVATIONS_BYTES))
         return RunObservations.read(document["probes"]["run"], part.folder / "events")
-    except (OSError, ValueError, KeyError, TypeError, ObservationsError):  # a part its node left unreadable
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, ObservationsError):  # left unreadable
         return None
 
 

@@ -5,13 +5,13 @@ from an old run."""
 from __future__ import annotations
 
 import json
-import stat
 from pathlib import Path
 from typing import Any
 
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.plots import peak_plot
 from dflashdoctor.judges.tables import call_site_charts, call_site_table, shape_subject
+from dflashdoctor.placed_files import PlacedFileError, read_placed
 from dflashdoctor.report import SCHEMA, Report
 
 _MOST_BYTES = 256 * 2**20  # a report is kilobytes; a run's with many processes, a few megabytes
@@ -20,14 +20,11 @@ _MOST_BYTES = 256 * 2**20  # a report is kilobytes; a run's with many processes,
 def load_report(path: Path) -> Report:
     """The report saved at `path`; anything else is bad input, said in one line."""
     try:
-        found = path.stat()
-        if stat.S_ISDIR(found.st_mode):
+        if path.is_dir():
             raise BadInput(f"{path} is a folder: give its report.json")
-        if not stat.S_ISREG(found.st_mode):  # a FIFO or a device would block the read, or never end
-            raise BadInput(f"{path} is not a regular file: not a report dflashdoctor wrote")
-        if found.st_size > _MOST_BYTES:
-            raise BadInput(f"{path} is over {_MOST_BYTES // 2**20} MiB: not a report dflashdoctor wrote")
-        text = path.read_text(encoding="utf-8")
+        text = read_placed(path, _MOST_BYTES, follow=True).decode("utf-8")  # a FIFO or device is refused
+    except PlacedFileError as exc:
+        raise BadInput(f"{exc}: not a report dflashdoctor wrote") from None
     except FileNotFoundError:
         raise BadInput(f"no such report: {path}") from None
     except OSError as exc:

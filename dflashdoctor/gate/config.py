@@ -15,6 +15,7 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.hostfile import MAX_NODES
 from dflashdoctor.gate.nodes import NODES_IN_FLIGHT
 from dflashdoctor.limits import MAX_VARY, count_problem, seconds_problem
+from dflashdoctor.placed_files import MIB, PlacedFileError, read_placed
 from dflashdoctor.registry import GATE_PROBES as PROBES
 from dflashdoctor.session import PROBE_TIMEOUT_S
 from dflashdoctor.shapes import DEVICES, DTYPES, MASKS
@@ -122,10 +123,16 @@ def _from_table(table: dict[str, Any], source: str) -> GateConfig:
     return config
 
 
+_CONFIG_BYTES = 4 * MIB
+
+
 def _read(path: Path) -> dict[str, Any]:
+    """The configuration file: a regular file of at most 4 MiB (a FIFO or /dev/zero given as
+    --config is refused at once, not read until the machine runs out of memory)."""
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
+        return tomllib.loads(read_placed(path, _CONFIG_BYTES, follow=True).decode("utf-8"))
+    except PlacedFileError as exc:
+        raise BadInput(str(exc)) from None
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8: a stray byte is not TOML

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from dflashdoctor.placed_files import MIB, open_placed
+
+_CHUNK_BYTES = 8 * MIB
 
 
 def _number(value: Any) -> bool:
@@ -50,6 +55,16 @@ def well_formed(record: Any) -> bool:
     if any(name not in record for name in _REQUIRED.get(kind, ())):
         return False
     return all(name not in record or record[name] is None or check(record[name]) for name, check in checks.items())
+
+
+_KEPT = 10_000  # records of one kind kept per process: the agent writes far fewer (it coalesces)
+
+
+def _keep(records: list[dict[str, Any]], record: dict[str, Any]) -> None:
+    """Appended; past twice _KEPT the oldest go, so a file of millions of records stays bounded."""
+    records.append(record)
+    if len(records) > 2 * _KEPT:
+        del records[:-_KEPT]
 
 
 @dataclass
@@ -95,15 +110,15 @@ class ProcessLog:
         elif kind == "exit":
             self.exit = record
         elif kind == "step":
-            self.steps.append(record)
+            _keep(self.steps, record)
         elif kind == "dense":
-            self.dense.append({"t": record.get("t"), **record["event"]})
+            _keep(self.dense, {"t": record.get("t"), **record["event"]})
         elif kind == "exception":
-            self.exceptions.append(record)
+            _keep(self.exceptions, record)
         elif kind == "oom":
-            self.ooms.append(record)
+            _keep(self.ooms, record)
         elif kind == "agent-error":
-            self.agent_errors.append(record)
+            _keep(self.agent_errors, record)
         elif kind == "snapshot":
             self.snapshot = record
 
@@ -129,27 +144,47 @@ class LogReader:
         return sorted(logs, key=lambda log: (log.rank is None, log.rank or 0, log.pid))
 
     def _read(self, path: Path, final: bool) -> None:
+        """What was appended since the last call, in chunks: an events file of hundreds of megabytes
+        (or a link to /dev/zero, or a FIFO, placed in the folder) costs a chunk of memory, not its size.
+        A line longer than a chunk is no record of the agent's: counted damaged and skipped."""
         file_pid = _pid_of(path)
         try:
-            with open(path, "rb") as handle:
-                handle.seek(self._offsets.get(path, 0))
-                data = handle.read()
+            fd = open_placed(path)
         except OSError:
             return
-        complete = data[: data.rfind(b"\n") + 1]
-        self._offsets[path] = self._offsets.get(path, 0) + len(complete)
-        if final and data[len(complete) :].strip() and file_pid is not None:
-            self.logs.setdefault(file_pid, ProcessLog(file_pid)).damaged_lines += 1
+        with os.fdopen(fd, "rb") as handle:
+            handle.seek(self._offsets.get(path, 0))
+            pending = b""
+            while True:
+                chunk = handle.read(_CHUNK_BYTES)
+                if not chunk:
+                    break
+                data = pending + chunk
+                end = data.rfind(b"\n") + 1
+                self._lines(data[:end], file_pid)
+                self._offsets[path] = self._offsets.get(path, 0) + end
+                pending = data[end:]
+                if len(pending) > _CHUNK_BYTES:  # no line of the agent's is this long
+                    self._damaged(file_pid)
+                    self._offsets[path] += len(pending)
+                    pending = b""
+        if final and pending.strip():
+            self._damaged(file_pid)
+
+    def _lines(self, complete: bytes, file_pid: int | None) -> None:
         for line in complete.decode("utf-8", errors="replace").splitlines():
             try:
                 record = json.loads(line)
             except (ValueError, RecursionError):
                 record = None
-            if not well_formed(record):
-                if line.strip() and file_pid is not None:
-                    self.logs.setdefault(file_pid, ProcessLog(file_pid)).damaged_lines += 1
-                continue
-            self.logs.setdefault(record["pid"], ProcessLog(record["pid"])).add(record)
+            if well_formed(record):
+                self.logs.setdefault(record["pid"], ProcessLog(record["pid"])).add(record)
+            elif line.strip():
+                self._damaged(file_pid)
+
+    def _damaged(self, file_pid: int | None) -> None:
+        if file_pid is not None:
+            self.logs.setdefault(file_pid, ProcessLog(file_pid)).damaged_lines += 1
 
 
 def read_logs(events: Path) -> list[ProcessLog]:

@@ -20,10 +20,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.placed_files import MIB, read_placed
 from dflashdoctor.redaction import redact_argv
 from dflashdoctor.report_folder import ReportFolder
 
 PART_FILE = "node.json"
+_PART_FILE_BYTES = 64 * MIB  # node.json is bytes, a report.json a few megabytes
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _MAX_NODES = 65536
@@ -93,9 +95,10 @@ class FoundPart:
 
 
 def _json(path: Path) -> dict[str, Any] | None:
+    """A part's JSON file, read as a file another node placed in a shared folder (placed_files.py)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # absent, or still being written by its node
+        data = json.loads(read_placed(path, _PART_FILE_BYTES))
+    except (OSError, ValueError, RecursionError):  # absent, still being written, or not a file to read
         return None
     return data if isinstance(data, dict) else None
 

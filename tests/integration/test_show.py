@@ -92,7 +92,7 @@ def test_anything_but_a_report_is_one_line_and_exit_2(tmp_path, content, message
     assert shown.stderr.startswith("dflashdoctor: ") and message in shown.stderr and shown.stderr.count("\n") == 1
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)  # reading it would block for ever
-    assert "is not a regular file" in _show(str(fifo), cwd=tmp_path).stderr
+    assert "is a FIFO, not a regular file" in _show(str(fifo), cwd=tmp_path).stderr
     assert "is a folder" in _show(str(tmp_path), cwd=tmp_path).stderr
     unknown = _show(str(EXAMPLES[0]), "--format", "pdf", cwd=tmp_path)
     assert unknown.returncode == 2 and "unknown format 'pdf'" in unknown.stderr

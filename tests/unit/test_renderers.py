@@ -227,3 +227,17 @@ def test_a_finding_links_to_its_call_site_row_and_back():
     html = render_html(report)
     assert 'id="s0-f0"' in html and 'href="#s0-t0-r0"' in html and 'href="#s0-f0"' in html
     assert 'href="#s0-t0-r1"' not in html  # the other layer has no finding
+
+
+def test_junit_gives_each_node_its_own_finding_only():
+    """A gate of many unreachable hosts: each node's testcase carries that node's finding, not all of
+    them (128 hosts wrote 16,384 copies; 1,024 took seconds and hundreds of megabytes)."""
+    from dflashdoctor.judges.nodes import NodeOutcome, judge
+
+    outcomes = [NodeOutcome(f"node{i}", error=f"refused at node{i}") for i in range(64)]
+    report = Report(command="gate", argv=[], started="now", results=[judge(outcomes)])
+    cases = ET.fromstring(render_junit(report)).iter("testcase")
+    bodies = {case.get("name"): case.find("failure").text for case in cases if case.get("name").startswith("node")}
+    assert len(bodies) == 64
+    for name, body in bodies.items():
+        assert body.count("node-unreachable") == 1 and f"refused at {name}" in body

@@ -1,0 +1,68 @@
+"""Reading a file that a user or another process could have placed where dflashdoctor reads.
+
+`merge` reads each node's part from a shared folder, `run` reads the event logs of the command's
+processes, the gate its `--config`: any of them may be a link to /dev/zero, a FIFO that never
+answers, or hundreds of megabytes. So such a file is opened without blocking (a FIFO would wait for
+a writer) and, unless the user named it, without following a link; only a regular file is read,
+and never more than a cap. What is refused raises `PlacedFileError`, whose reason names what was
+found there.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+MIB = 1 << 20
+
+
+class PlacedFileError(OSError):
+    """A file refused for what it is (`reason`), not for an error of the filesystem."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+def kind_of(mode: int) -> str:
+    """What a file is, in words: a FIFO or a device is named as such."""
+    for test, words in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return words
+    return "a file"
+
+
+def open_placed(path: Path | str, *, follow: bool = False) -> int:
+    """A read-only descriptor of the regular file at `path`; PlacedFileError for anything else."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if not follow and os.path.islink(path):
+            raise PlacedFileError(path, "is a symbolic link (never followed)") from None
+        raise exc from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise PlacedFileError(path, f"is {kind_of(mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_placed(path: Path | str, max_bytes: int, *, follow: bool = False) -> bytes:
+    """The whole regular file at `path`, if it holds at most `max_bytes`."""
+    fd = open_placed(path, follow=follow)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise PlacedFileError(path, f"is larger than {max_bytes // MIB} MiB: not a file dflashdoctor wrote")
+    return data
