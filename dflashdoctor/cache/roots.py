@@ -27,6 +27,7 @@ class CacheRoot:
     path: Path
     source: str
     relative: bool = False  # the configured path was relative: triton's group files break when cwd changes
+    empty: bool = False  # the variable is set to "": torch and triton then cache in the current folder
 
 
 def absolute(path: str | os.PathLike[str]) -> Path:
@@ -48,7 +49,7 @@ def triton_root(env: Mapping[str, str]) -> CacheRoot:
     """A variable set to an empty value counts as set, as triton and torch read it: a relative path."""
     if "TRITON_CACHE_DIR" in env:
         raw = env["TRITON_CACHE_DIR"]
-        return CacheRoot("triton", absolute(raw), "TRITON_CACHE_DIR", relative=not os.path.isabs(raw))
+        return CacheRoot("triton", absolute(raw), "TRITON_CACHE_DIR", relative=not os.path.isabs(raw), empty=not raw)
     if "TRITON_HOME" in env:
         raw = os.path.join(env["TRITON_HOME"], ".triton", "cache")
         return CacheRoot("triton", absolute(raw), "TRITON_HOME", relative=not os.path.isabs(raw))
@@ -58,7 +59,8 @@ def triton_root(env: Mapping[str, str]) -> CacheRoot:
 def inductor_root(env: Mapping[str, str]) -> CacheRoot:
     if "TORCHINDUCTOR_CACHE_DIR" in env:
         raw = env["TORCHINDUCTOR_CACHE_DIR"]
-        return CacheRoot("inductor", absolute(raw), "TORCHINDUCTOR_CACHE_DIR", relative=not os.path.isabs(raw))
+        relative = not os.path.isabs(raw)
+        return CacheRoot("inductor", absolute(raw), "TORCHINDUCTOR_CACHE_DIR", relative=relative, empty=not raw)
     default = Path(tempfile.gettempdir(), f"torchinductor_{_user()}")
     return CacheRoot("inductor", default, "default (<tempdir>/torchinductor_<user>)")
 

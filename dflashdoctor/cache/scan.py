@@ -57,7 +57,11 @@ def scan_root(root: CacheRoot, triton_version: str | None) -> tuple[RootScan, di
         scan = scan_triton(root.path, root.source, triton_version)
     else:
         scan = scan_inductor(root.path, root.source)
-    facts = inspect_root(root.path, os.environ) | {"relative": root.relative, "source": root.source}
+    facts = inspect_root(root.path, os.environ) | {
+        "relative": root.relative,
+        "empty": root.empty,
+        "source": root.source,
+    }
     return scan, facts
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.cache import quarantine as q
+from dflashdoctor.cache.layout import not_a_cache
 from dflashdoctor.cache.model import RootScan
 from dflashdoctor.cache.roots import CacheRoot, absolute, resolve_roots
 from dflashdoctor.cache.safe_fs import Untrusted, refused_because
@@ -179,6 +180,10 @@ def _fix(
         for index, (root, scan) in enumerate(zip(roots, scans, strict=True)):
             broken = any(p.kind in q.FIXABLE for p in scan.problems)
             if not broken and not os.path.lexists(q.home_of(root.path)):
+                continue
+            foreign = not_a_cache(root.path) or (f"{root.source} is set but empty" if root.empty else None)
+            if foreign:  # a project's files are not cache entries: nothing is moved out of it
+                log.refusals.append(q.Refusal(str(root.path), [foreign]))
                 continue
             home = _open_home(root.path, broken, log)
             if home is not None:

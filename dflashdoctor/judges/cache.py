@@ -147,7 +147,19 @@ class CacheJudge(Judge):
         evidence = {"root": scan.path, **facts}
         if facts.get("network_filesystem"):
             self.findings.append(shared_filesystem_finding(scan.kind, scan.path, facts, evidence))
-        if facts.get("relative"):
+        if facts.get("empty"):
+            self.findings.append(
+                finding(
+                    "cache-relative-path",
+                    f"{facts['source']} is set but empty: {scan.kind} caches into the current folder",
+                    detail=f"An empty {facts['source']} is read as set (torch and triton take it as a relative "
+                    f"path): every process writes its cache into the folder it started in ({scan.path} here), a "
+                    "project's own folder as often as not, and `cache fix` refuses to move anything out of it.",
+                    evidence=evidence,
+                    fix=f"Unset {facts['source']}, or set it to an absolute path.",
+                )
+            )
+        elif facts.get("relative"):
             self.findings.append(
                 finding(
                     "cache-relative-path",

@@ -483,3 +483,45 @@ def test_two_fixes_at_once_then_one_restore_give_back_the_tree_byte_for_byte(tmp
     restored = check(tmp_path, "restore", "--triton-dir", str(root))
     assert restored.code == 0, restored.stdout
     assert cache_tree.snapshot(root) == before
+
+
+def _project(folder: Path) -> list[Path]:
+    """A small Python project: what a mistaken cache root points at."""
+    (folder / "pkg" / "sub").mkdir(parents=True)
+    files = [folder / "pyproject.toml", folder / "pkg" / "__init__.py", folder / "pkg" / "sub" / "__init__.py"]
+    for path in files:
+        path.write_text("")
+    broken = folder / "pkg" / "draft.py"
+    broken.write_text("def unfinished(:\n")
+    return [*files, broken]
+
+
+@pytest.mark.parametrize("how", ["--inductor-dir .", "TORCHINDUCTOR_CACHE_DIR="])
+def test_fix_moves_nothing_out_of_a_project_given_as_the_cache(tmp_path, how):
+    """`--inductor-dir .` or an empty TORCHINDUCTOR_CACHE_DIR in a project: the scanner calls its
+    empty `__init__.py` files and a draft with a syntax error broken entries; fix moved them all."""
+    project = tmp_path / "project"
+    project.mkdir()
+    files = _project(project)
+    env = {"TORCHINDUCTOR_CACHE_DIR": ""} if how.endswith("=") else None
+    # the variable's root is the environment's: --triton-dir names another, --all-roots keeps both
+    args = ["--inductor-dir", "."] if env is None else ["--triton-dir", str(tmp_path / "triton"), "--all-roots"]
+    (tmp_path / "triton").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "dflashdoctor", "cache", "fix", *args, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr
+    report = json.loads(done.stdout)
+    found = [f for r in report["results"] for f in r["findings"]]
+    (refused,) = [f for f in found if f["code"] == "cache-quarantine-refused"]
+    assert "pyproject.toml" in refused["title"] or "set but empty" in refused["title"], refused["title"]
+    assert not [f for f in found if f["code"] == "cache-quarantined"]
+    assert all(path.exists() for path in files) and not (tmp_path / "project.dflashdoctor-quarantine").exists()
+    if env:
+        (empty,) = [f for f in found if f["code"] == "cache-relative-path"]
+        assert "TORCHINDUCTOR_CACHE_DIR is set but empty" in empty["title"]
