@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashdoctor.bytecode import interpreter_bytecode, package_bytecode
-from dflashdoctor.cache.environment import NETWORK_FILESYSTEMS, mount_of
+from dflashdoctor.cache.environment import NETWORK_FILESYSTEMS, mount_of, untrusted_root
 from dflashdoctor.cache.roots import resolve_roots
 from dflashdoctor.fla_guards import fla_state
 from dflashdoctor.probe_support import probe_main
@@ -156,7 +156,9 @@ def _cache_roots() -> list[dict[str, Any]]:
         place = {"mount_point": mount[0], "filesystem": mount[1]} if mount else {}
         if mount:
             place["network_filesystem"] = mount[1] in NETWORK_FILESYSTEMS
-        rows.append(where | place | {"exists": exists, "files": files, "bytes": size})
+        rows.append(
+            where | place | {"exists": exists, "files": files, "bytes": size, "untrusted": untrusted_root(root.path)}
+        )
     return rows
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from dflashdoctor.cache.safe_fs import user_name
 
 # Filesystems where triton's rename-based writes are not safe across clients, or slow (EBUSY and
 # FileNotFoundError have been seen on NFS).
@@ -46,9 +49,27 @@ def mount_of(path: Path, mounts_file: Path = Path("/proc/mounts")) -> tuple[str,
     return best
 
 
+def untrusted_root(path: Path) -> str | None:
+    """Why the code in a cache root may be another user's: torch.compile loads the generated Python
+    and shared objects it finds there, so a root another user owns, or can write into (the default
+    Inductor root sits in the world-writable temp folder, where anyone can make it first), is a way
+    into the next compiled process of whoever uses it. None for a root of this user's or root's."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None  # not made yet: whoever runs torch.compile first makes it their own
+    if stat.S_ISLNK(info.st_mode):
+        info = os.stat(path) if os.path.exists(path) else info
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"owned by {user_name(info.st_uid)}, not by {user_name(os.geteuid())}, who runs this"
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        return f"writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
 def inspect_root(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
     """Facts about a root's place; the judge turns them into findings."""
-    facts: dict[str, Any] = {}
+    facts: dict[str, Any] = {"untrusted": untrusted_root(path)}
     mount = mount_of(path)
     if mount:
         facts["mount_point"], facts["filesystem"] = mount

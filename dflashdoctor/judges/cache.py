@@ -46,6 +46,22 @@ def shared_filesystem_finding(kind: str, path: str, facts: dict[str, Any], evide
     )
 
 
+def untrusted_root_finding(kind: str, path: str, reason: str, evidence: dict[str, Any]) -> Finding:
+    """One wording for `cache check` and `env` (and so the gate): code another user could have put
+    where torch.compile loads it from."""
+    return finding(
+        "cache-root-untrusted",
+        f"{kind} cache {path} is {reason}",
+        detail="torch.compile loads the generated code (Python modules, shared objects) it finds in its cache "
+        "root: a root another user owns or can write into lets them run code in the next compiled process "
+        "of whoever uses it. The default Inductor root sits in the world-writable temp folder, where anyone "
+        "can make it first.",
+        evidence=evidence,
+        fix="Set TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR to a folder of your own (not shared), or have the "
+        "folder removed by its owner; do not compile with this root until then.",
+    )
+
+
 _NOT_BACK = ("missing", "conflict", "changed", "failed")  # restore outcomes that leave an entry out of place
 _NOT_BACK_FIX = {
     "missing": "neither in the quarantine nor at its place: moved or removed by something else; look in the "
@@ -147,6 +163,8 @@ class CacheJudge(Judge):
         evidence = {"root": scan.path, **facts}
         if facts.get("network_filesystem"):
             self.findings.append(shared_filesystem_finding(scan.kind, scan.path, facts, evidence))
+        if facts.get("untrusted"):
+            self.findings.append(untrusted_root_finding(scan.kind, scan.path, facts["untrusted"], evidence))
         if facts.get("empty"):
             self.findings.append(
                 finding(

@@ -13,7 +13,7 @@ from typing import Any
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
-from dflashdoctor.judges.cache import shared_filesystem_finding
+from dflashdoctor.judges.cache import shared_filesystem_finding, untrusted_root_finding
 from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding, why_fla_cannot_run
 from dflashdoctor.observations import EnvObservations
 from dflashdoctor.report import Finding, ProbeResult
@@ -119,6 +119,15 @@ class EnvJudge(Judge):
         self._check("fla kernels", "warn" if found else "pass", summary, "kernel-unavailable")
 
     def _shared_roots(self) -> None:
+        untrusted = [r for r in self.cache_roots if r.get("untrusted")]
+        for root in untrusted:
+            evidence = {"root": root["path"], "source": root["source"]}
+            self.findings.append(untrusted_root_finding(root["kind"], root["path"], root["untrusted"], evidence))
+        if untrusted:
+            named = ", ".join(f"{r['kind']} {r['path']}" for r in untrusted)
+            self._check(
+                "cache trust", "fail", f"code another user could have put there: {named}", "cache-root-untrusted"
+            )
         shared = [root for root in self.cache_roots if root.get("network_filesystem")]
         for root in shared:
             self.findings.append(shared_filesystem_finding(root["kind"], root["path"], root, {"root": root["path"]}))

@@ -356,3 +356,17 @@ def test_a_link_root_in_a_folder_only_its_owner_writes_is_still_followed(tmp_pat
     run = run_cli(tmp_path, "cache", "fix", "--triton-dir", str(tmp_path / "home" / "triton"))
     assert run.code == 0, run.stdout + run.stderr
     assert run.findings("cache-quarantined") and not run.findings("cache-quarantine-refused")
+
+
+@pytest.mark.parametrize("command", [("cache", "check"), ("env",)])
+def test_a_default_inductor_root_another_user_made_first_is_an_error(tmp_path, shared, command):
+    """nobody makes root's default Inductor root in the temp folder first and plants generated code in
+    it: the next torch.compile of root's would load it. cache check and env say so (error); before,
+    both passed."""
+    root = shared / "torchinductor_root"
+    as_nobody(f"mkdir -p {root}/ab; printf 'import os\\n' > {root}/ab/cabcdef.py")
+    run = run_cli(tmp_path, *command, env=_default_roots_in(tmp_path, shared))
+    assert run.code == 1, run.stdout[-2000:] + run.stderr
+    (untrusted,) = run.findings("cache-root-untrusted")
+    assert untrusted["severity"] == "error" and str(root) in untrusted["title"]
+    assert "owned by nobody (uid 65534)" in untrusted["title"]

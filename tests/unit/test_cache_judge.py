@@ -35,6 +35,7 @@ CASES: dict[str, str] = {
     "cache-restored": "cpu/cache-restore",
     "cache-restore-incomplete": "cpu/cache-restore-conflict",
     "cache-quarantine-refused": "cpu/cache-fix-refused",
+    "cache-root-untrusted": "cpu/cache-healthy",  # a variant: see VARIANTS
 }
 
 
@@ -45,7 +46,23 @@ def on_nfs(obs: CacheObservations) -> None:
     obs.facts[root] |= {"filesystem": "nfs4", "mount_point": "/mnt/shared", "network_filesystem": True}
 
 
-VARIANTS: dict[str, Callable[[CacheObservations], None]] = {"cache-shared-filesystem": on_nfs}
+def made_by_another_user(obs: CacheObservations) -> None:
+    """The healthy root as another user made it first (the facts inspect_root reads: the integration
+    test makes it so as nobody, tests/integration/test_cache_trust.py)."""
+    (root,) = obs.facts
+    obs.facts[root] |= {"untrusted": "owned by nobody (uid 65534), not by root (uid 0), who runs this"}
+
+
+VARIANTS: dict[str, Callable[[CacheObservations], None]] = {
+    "cache-shared-filesystem": on_nfs,
+    "cache-root-untrusted": made_by_another_user,
+}
+
+
+def test_a_root_another_user_made_fails_the_root():
+    (section,) = results("cache-root-untrusted")
+    (untrusted,) = found([section], "cache-root-untrusted")
+    assert "owned by nobody" in untrusted.title and check(section, f"triton {root_of(section)}").status == "fail"
 
 
 def results(code: str) -> list[ProbeResult]:
