@@ -322,6 +322,26 @@ class RunJudge(Judge):
             )
         )
 
+    def _left_running(self, left: list[dict[str, Any]]) -> None:
+        """The command exited, but processes it started still ran: a run that leaves a daemon writing
+        events (or holding a GPU) after its report is not over, whatever its exit code."""
+        named = "; ".join(f"pid {p.get('pid')}: {p.get('command')}" for p in left[:5]) + (
+            " ..." if len(left) > 5 else ""
+        )
+        self.findings.append(
+            finding(
+                "processes-left-running",
+                f"{len(left)} processes of the command still ran after it exited; dflashdoctor stopped them",
+                detail=f"Still running once the command had exited: {named}. They were sent SIGTERM, then SIGKILL.",
+                evidence={"left_running": left[:50]},
+                fix="Have the program wait for (join) what it starts, or stop its background workers and daemons "
+                "before it exits.",
+            )
+        )
+        self._check(
+            "leftovers", "fail", f"{len(left)} processes still ran after the command exited", "processes-left-running"
+        )
+
     def _overview(self, shown: list[ProcessLog]) -> None:
         outcome = self.outcome
         code = outcome.returncode
@@ -352,6 +372,8 @@ class RunJudge(Judge):
             self._hung(outcome.hang)
         if outcome.interrupted:
             self._interrupted()
+        if outcome.left_running:
+            self._left_running(outcome.left_running)
         if code == 0:
             self._check("exit code", "pass", "the command exited 0")
             return

@@ -8,6 +8,7 @@ SIGKILL after a grace period. Ctrl-C is forwarded as SIGINT, then the same stop.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,13 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.agent.config import EVENTS_DIR
 from dflashdoctor.processes import pid_alive
+from dflashdoctor.redaction import redact_text
 from dflashdoctor.runs.events import LogReader, last_activity
 from dflashdoctor.runs.stacks import dump_stacks
 
 _POLL_S = 0.2
 _PROGRESS_LINE_EVERY_S = 10.0
 _GRACE_S = 10.0
+_LEFTOVER_GRACE_S = 2.0
 
 
 @dataclass
@@ -34,6 +38,7 @@ class Outcome:
     interrupted: bool = False
     stopped_by_doctor: bool = False
     progress_lines: list[str] = field(default_factory=list)
+    left_running: list[dict[str, Any]] = field(default_factory=list)  # {"pid", "command"}, stopped by the doctor
 
 
 def _ours(pid: int, group: int) -> bool:
@@ -84,6 +89,7 @@ def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | 
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     previous_term = signal.signal(signal.SIGTERM, on_interrupt)  # a doctor stopped stops its run too
+    previous_hup = signal.signal(signal.SIGHUP, on_interrupt)  # its terminal gone: the same, not a dead doctor
     outcome = Outcome(returncode=None, duration_s=0.0)
     last_progress_wall = time.time()
     last_line, last_line_t = "", 0.0
@@ -121,6 +127,70 @@ def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | 
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGHUP, previous_hup)
     outcome.returncode = child.wait()
     outcome.duration_s = round(time.monotonic() - started, 3)
+    outcome.left_running = stop_leftovers(child.pid, events)
     return outcome
+
+
+def _group_members(group: int) -> list[int]:
+    """The live processes of a process group, read from /proc (Linux); none elsewhere."""
+    members = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != b"Z":
+            members.append(int(entry))
+    return members
+
+
+def _instrumented_by_this_run(pid: int, events: Path) -> bool:
+    """A process that left the group (setsid, a daemon) but runs with this run's agent: its
+    environment names this run's events folder (a pid reused by another program does not)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read(1 << 20).split(b"\0")
+    except OSError:
+        return False
+    return f"{EVENTS_DIR}={events}".encode() in environ
+
+
+def _command_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read(4096).replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def stop_leftovers(group: int, events: Path) -> list[dict[str, Any]]:
+    """What of the command still runs once it has exited: the rest of its process group, and
+    instrumented processes that left it. They get a moment to end on their own (compile workers
+    follow their parent out), then are named and stopped: SIGTERM, SIGKILL after a grace period."""
+    deadline = time.monotonic() + _LEFTOVER_GRACE_S
+    while True:
+        left = set(_group_members(group)) | {
+            pid for pid in last_activity(events) if pid_alive(pid) and _instrumented_by_this_run(pid, events)
+        }
+        left.discard(os.getpid())
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(_POLL_S)
+    named = [{"pid": pid, "command": redact_text(_command_of(pid))} for pid in sorted(left)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        end = time.monotonic() + _GRACE_S
+        while time.monotonic() < end and any(pid_alive(pid) for pid in left):
+            time.sleep(_POLL_S)
+        left = {pid for pid in left if pid_alive(pid)}
+        if not left:
+            break
+    return named

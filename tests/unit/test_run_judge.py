@@ -10,11 +10,16 @@ import pytest
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.report import Check, ProbeResult
 from tests.paths import TARGETS
-from tests.unit.recorded import codes, documented, found, judged
+from tests.unit.recorded import Case, codes, documented, found, judged, judged_case
 
 SCRIPTS = TARGETS / "run"
 
-CASES: dict[str, str] = {
+# a run whose command left a child running: the recorded exception run, as watch() now reports it
+# (tests/integration/test_run_leftovers.py makes it for real)
+_LEFT = {"pid": 4242, "command": "sleep 300"}
+_LEFT_OUTCOME = {"returncode": 0, "duration_s": 1.0, "left_running": [_LEFT]}
+
+CASES: dict[str, Case] = {
     "uncaught-exception": "cpu/run-raises",
     "hang": "cpu/run-deadlock",
     "child-failed": "cpu/run-exits-3",
@@ -22,6 +27,7 @@ CASES: dict[str, str] = {
     "oom": "h200/run-oom",
     "dense-forward": "cpu/run-eager-flex",
     "instrumentation-unavailable": "cpu/run-not-python",
+    "processes-left-running": ("cpu/run-not-python", {"outcome": _LEFT_OUTCOME}),
 }
 
 
@@ -37,7 +43,14 @@ def check(section: ProbeResult, name: str) -> Check:
 
 @pytest.mark.parametrize("code", CASES)
 def test_each_code_is_found_with_its_documented_severity(code):
-    assert documented(judged(CASES[code]), code)
+    assert documented(judged_case(CASES[code]), code)
+
+
+def test_processes_left_running_fail_the_run_and_are_named():
+    results = judged_case(CASES["processes-left-running"])
+    (left,) = documented(results, "processes-left-running")
+    assert "pid 4242: sleep 300" in left.detail and left.evidence["left_running"] == [_LEFT]
+    assert any(c.name == "leftovers" and c.status == "fail" for r in results for c in r.checks)
 
 
 def test_an_exception_in_a_module_names_the_module_and_its_line():
