@@ -61,6 +61,8 @@ class ReportFolder:
             parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             raise BadInput(f"cannot open the report folder {path}: {exc.strerror}") from None
+        except RecursionError:  # thousands of folders to make, one inside the other
+            raise BadInput(f"cannot make the report folder {str(path)[:200]}...: it nests too deep") from None
         try:
             if create:
                 with contextlib.suppress(FileExistsError):

@@ -78,6 +78,12 @@ def resolve_python(python: str | None) -> str:
     found = shutil.which(python) if os.sep not in python else (python if os.access(python, os.X_OK) else None)
     if not found:
         raise ValueError(f"--python {python}: no such executable")
+    try:  # /bin/false is executable too: ask it to be Python before a probe is started in it
+        said = subprocess.run([found, "-c", "import sys; print(sys.version_info[0])"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ValueError(f"--python {python}: cannot run it ({exc})") from None
+    if said.returncode != 0 or said.stdout.strip() != b"3":
+        raise ValueError(f"--python {python}: not a Python 3 interpreter (it exited {said.returncode})")
     return found
 
 

@@ -35,6 +35,8 @@ def load_report(path: Path) -> Report:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path} is not JSON (line {exc.lineno}: {exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, or nesting 100,000 deep
+        raise BadInput(f"{path} is not a report dflashdoctor wrote: {type(exc).__name__}") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise BadInput(f"{path} is not a dflashdoctor report (its schema is not {SCHEMA})")
     try:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from dflashdoctor.gate.config import GateConfig
 
 DEFAULT_MODEL = "qwen27b"
+_SCRIPT_BYTES = 64 << 20  # a script larger than this is no training script
 
 
 @dataclass
@@ -43,6 +44,19 @@ class TraceAttentionOptions:
     timeout_s: float = PROBE_TIMEOUT_S
 
 
+def _compiles(script: str) -> None:
+    """A script that is not Python (bytes that are not in its encoding, a syntax error) is bad input,
+    said before anything is traced, not a crash of the probe that would run it."""
+    try:
+        with open(script, "rb") as handle:
+            compile(handle.read(_SCRIPT_BYTES), script, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        line = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        raise BadInput(f"{script} is not Python{line}: {exc.msg if isinstance(exc, SyntaxError) else exc}") from None
+    except OSError as exc:
+        raise BadInput(f"cannot read {script}: {exc.strerror}") from None
+
+
 def validate(options: TraceAttentionOptions) -> None:
     if options.device not in DEVICES:
         raise BadInput(f"unknown device {options.device!r}; expected one of {', '.join(DEVICES)}")
@@ -57,6 +71,8 @@ def validate(options: TraceAttentionOptions) -> None:
         raise BadInput("--drafter-fault needs --drafter")
     if options.script is not None and not os.path.isfile(options.script):
         raise BadInput(f"no such script: {options.script}")
+    if options.script is not None:
+        _compiles(options.script)
     if options.expect_wrapper is not None and ":" not in options.expect_wrapper:
         raise BadInput(f"--expect-wrapper {options.expect_wrapper!r} is not of the form module:attr or file.py:attr")
     if options.model is not None:

@@ -137,6 +137,8 @@ def _read(path: Path) -> dict[str, Any]:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8: a stray byte is not TOML
         raise BadInput(f"{path} is not valid TOML: {exc}") from None
+    except RecursionError:  # arrays nested thousands deep
+        raise BadInput(f"{path} is not a configuration: its values nest too deep") from None
 
 
 def load_config(explicit: Path | None, cwd: Path) -> tuple[GateConfig, str]:

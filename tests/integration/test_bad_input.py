@@ -44,3 +44,33 @@ def test_cuda_where_there_is_none(cli):
     run = cli("check-compile", "--device", "cuda")
     assert run.code == 2
     assert run.stderr.strip() == "dflashdoctor: --device cuda was asked for, but torch sees no CUDA device here"
+
+
+def _damaged_inputs(folder):
+    """Inputs a hostile pass found ending in exit 3 ("internal error") or a crashed probe, each with
+    the words its one line must hold."""
+    (folder / "huge-number.json").write_text('{"schema": ' + "9" * 5000 + "}")
+    (folder / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "deep.toml").write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    (folder / "latin1.py").write_bytes(b"print('\xff')\n")
+    deep_dir = str(folder / ("x/" * 2000))
+    return [
+        (["show", str(folder / "huge-number.json")], "not a report dflashdoctor wrote"),
+        (["show", str(folder / "deep.json")], "not a report dflashdoctor wrote"),
+        (["gate", "--config", str(folder / "deep.toml")], "nest too deep"),
+        (["trace-attention", "--script", str(folder / "latin1.py")], "is not Python"),
+        (["env", "--python", "/bin/false"], "not a Python 3 interpreter"),
+        (["cache", "check", "--triton-dir", str(folder), "--report-dir", deep_dir], "nests too deep"),
+    ]
+
+
+def test_damaged_input_is_exit_2_never_3(tmp_path):
+    import subprocess
+    import sys
+
+    for args, words in _damaged_inputs(tmp_path):
+        done = subprocess.run(
+            [sys.executable, "-m", "dflashdoctor", *args], capture_output=True, text=True, cwd=tmp_path, timeout=300
+        )
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and words in lines[0], (args[:2], done.stderr[-500:])
