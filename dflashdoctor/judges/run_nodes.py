@@ -5,6 +5,7 @@ nodes reported, which ranks were seen, and which part never came.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,23 @@ def _why_missing(part: RunPart) -> str:
     return "started, but wrote no report"
 
 
+_NODE_RANK_FLAGS = ("--node-rank", "--node_rank")
+
+
+def _one_run(command: list[str]) -> tuple[str, ...]:
+    """A node's command with its own node rank taken out: the same for every node of one run."""
+    kept: list[str] = []
+    skip = False
+    for word in command:
+        if skip:
+            skip = False
+        elif word in _NODE_RANK_FLAGS:
+            skip = True
+        elif not word.startswith(tuple(f"{flag}=" for flag in _NODE_RANK_FLAGS)):
+            kept.append(word)
+    return tuple(kept)
+
+
 class RunNodesJudge(Judge):
     def __init__(self, parts: list[RunPart]) -> None:
         super().__init__("nodes", Budgets())
@@ -80,6 +98,7 @@ class RunNodesJudge(Judge):
         for part in self.parts:
             self._part(part, rows)
         self._missing(expected)
+        self._mixed()
         self._ranks()
         self.tables.append(
             Table(
@@ -138,6 +157,29 @@ class RunNodesJudge(Judge):
                 fix="Look at that node's own output; `dflashdoctor merge DIR` merges again once its part is there.",
             )
         )
+
+    def _mixed(self) -> None:
+        """Parts that cannot be one run: two for one node rank, or parts that disagree on the number
+        of nodes or on the command (a shared folder reused by another run, or one node started twice)."""
+        ranks = Counter(p.record.get("node_rank") for p in self.parts if p.record.get("node_rank") is not None)
+        twice = sorted(rank for rank, n in ranks.items() if n > 1)
+        sizes = sorted({p.record.get("nnodes") for p in self.parts} - {None})
+        commands = {_one_run(p.record.get("command") or []) for p in self.parts}
+        said = [f"node rank {r} has {ranks[r]} parts" for r in twice]
+        said += [f"the parts say {' or '.join(map(str, sizes))} nodes"] if len(sizes) > 1 else []
+        said += [f"the parts ran {len(commands)} different commands"] if len(commands) > 1 else []
+        if not said:
+            return
+        self.findings.append(
+            finding(
+                "node-parts-mixed",
+                f"The parts in this folder are not one run: {'; '.join(said)}",
+                detail="Merged as they are, one run's ranks would be judged with another's, or a node counted twice.",
+                evidence={"parts": [{"part": p.name, **p.record} for p in self.parts][:64]},
+                fix="Give every run a report folder of its own (`--report-dir`), then merge that folder.",
+            )
+        )
+        self._check("parts", "fail", "; ".join(said), "node-parts-mixed")
 
     def _ranks(self) -> None:
         logs = [log for p in self.parts if p.observations for log in p.observations.processes if log.rank is not None]

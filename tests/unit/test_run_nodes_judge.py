@@ -8,11 +8,16 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from dflashdoctor.commands.merge import merge
 from dflashdoctor.runs.parts import find_parts, node_part
 from tests.unit.recorded import ASSETS
 
-CASES = {"node-missing": "cpu/run-two-nodes with node1's report taken away, and with node1 absent"}
+CASES = {
+    "node-missing": "cpu/run-two-nodes with node1's report taken away, and with node1 absent",
+    "node-parts-mixed": "cpu/run-two-nodes with node1's node.json claiming node 0, 3 nodes, or another command",
+}
 PARTS = ASSETS / "cpu" / "run-two-nodes"
 
 
@@ -111,3 +116,27 @@ def test_a_hostile_node_json_is_read_for_what_it_can_be(tmp_path):
     merged = merge(shared, ["dflashdoctor", "merge"])
     (missing,) = [f for f in merged.results[0].findings if f.code == "node-missing"]
     assert missing.evidence["unfinished"] == ["odd"]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"node_rank": 0}, "node rank 0 has 2 parts"),
+        ({"nnodes": 3}, "the parts say 2 or 3 nodes"),
+        ({"command": ["python3", "other_run.py"]}, "the parts ran 2 different commands"),
+    ],
+)
+def test_parts_that_are_not_one_run_are_an_error(tmp_path, change, said):
+    """A shared folder reused by another run, or a node started twice: merged as they are, one run's
+    ranks would be judged with another's; before, such a merge could pass."""
+    shared = _copy(tmp_path)
+    record = json.loads((shared / "node1-vm" / "node.json").read_text())
+    (shared / "node1-vm" / "node.json").write_text(json.dumps(record | change))
+    merged = merge(shared, ["dflashdoctor", "merge"])
+    (mixed,) = [f for r in merged.results for f in r.findings if f.code == "node-parts-mixed"]
+    assert mixed.severity == "error" and said in mixed.title
+
+
+def test_the_parts_of_one_run_are_not_mixed(tmp_path):
+    merged = merge(_copy(tmp_path), ["dflashdoctor", "merge"])
+    assert not [f for r in merged.results for f in r.findings if f.code == "node-parts-mixed"]
