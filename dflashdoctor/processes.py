@@ -13,7 +13,7 @@ from pathlib import Path
 def pid_alive(pid: int) -> bool:
     """True when `pid` exists on this machine. A cache shared across machines can hold another
     machine's pids: those read as gone, which is what they are to this machine."""
-    if pid <= 0:
+    if pid <= 0 or pid >= 1 << 31:  # a 20-digit "pid" in a crafted file name is no process (os.kill overflows)
         return False
     try:
         os.kill(pid, 0)

@@ -65,6 +65,8 @@ def load_json(path: str) -> tuple[Any, str | None]:
         return None, f"not UTF-8 JSON ({exc.reason} at byte {exc.start})"
     except json.JSONDecodeError as exc:
         return None, f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number; brackets nested 100,000 deep
+        return None, f"invalid JSON ({type(exc).__name__}: no JSON torch or triton writes)"
 
 
 def python_problem(path: str) -> str | None:
@@ -77,6 +79,8 @@ def python_problem(path: str) -> str | None:
         return f"does not compile: {exc.msg} (line {exc.lineno})"
     except ValueError as exc:  # NUL bytes in source
         return f"does not compile: {exc}"
+    except (RecursionError, MemoryError) as exc:  # an expression nested or chained past the compiler
+        return f"does not compile: {type(exc).__name__} (no code torch generates)"
     return None
 
 

@@ -525,3 +525,28 @@ def test_fix_moves_nothing_out_of_a_project_given_as_the_cache(tmp_path, how):
     if env:
         (empty,) = [f for f in found if f["code"] == "cache-relative-path"]
         assert "TORCHINDUCTOR_CACHE_DIR is set but empty" in empty["title"]
+
+
+def test_crafted_cache_files_are_broken_entries_not_a_crash(tmp_path):
+    """A 5000-digit JSON number, brackets nested 100,000 deep, a 200,000-term expression, a
+    5000-deep parenthesis and a temporary name with a 21-digit pid: each once ended `cache check`
+    with exit 3; each is a broken (or left-over) entry."""
+    key = tmp_path / "triton" / ("A" * 52)
+    shard = tmp_path / "inductor" / "ab"
+    key.mkdir(parents=True)
+    shard.mkdir(parents=True)
+    (key / "__grp__kern.json").write_text('{"child_paths": ' + "9" * 5000 + "}")
+    (key / "kern.json").write_text("[" * 100_000 + "]" * 100_000)
+    (shard / "cabc.py").write_text("x = " + "+".join(["1"] * 200_000) + "\n")
+    (shard / "cdeep.py").write_text("x = " + "(" * 5000 + ")" * 5000 + "\n")
+    (shard / ".123456789012345678901.1.tmp").write_text("x")
+    done = subprocess.run(
+        [sys.executable, "-m", "dflashdoctor", "cache", "check", "--json"]
+        + ["--triton-dir", str(tmp_path / "triton"), "--inductor-dir", str(tmp_path / "inductor")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    codes = [f["code"] for r in json.loads(done.stdout)["results"] for f in r["findings"]]
+    assert codes.count("cache-corrupt-entry") >= 3 and "cache-orphan-tmp" in codes, codes
