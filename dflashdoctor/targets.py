@@ -79,8 +79,8 @@ def _import(module_part: str) -> ModuleType:
         if exc.name and module_part.startswith(exc.name):
             raise UsageError(f"no module named {module_part!r}") from exc
         raise UsageError(f"importing {module_part!r} failed: {exc}") from exc
-    except Exception as exc:
-        raise UsageError(f"importing {module_part!r} failed: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # sys.exit at import is a failed import too
+        raise UsageError(f"importing {module_part!r} failed: {type(exc).__name__}: {exc}") from None
 
 
 def resolve(spec: str) -> tuple[Any, ModuleType, str]:

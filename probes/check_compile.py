@@ -149,7 +149,10 @@ class CheckCompileProbe:
     def call_target(self, target, q, k, v, block_mask):
         """Every call to the target goes through its call plan: the same arguments in every phase."""
         with self._target_errors():
-            return self.plan.call(target, q, k, v, block_mask)
+            out = self.plan.call(target, q, k, v, block_mask)
+            if not isinstance(out, torch.Tensor):  # what flex_attention returns; None cannot be checked
+                raise TypeError(f"the target returned {type(out).__name__}, not the attention output tensor")
+            return out
 
     def target_backward(self, out, grad) -> None:
         """The target's backward: Inductor compiles it at the first call, so a kernel that does not
@@ -165,7 +168,7 @@ class CheckCompileProbe:
             yield
         except _OOM_ERRORS:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # sys.exit or a raised Ctrl-C: the target's doing
             self.target_error = {
                 "type": type(exc).__name__,
                 "message": str(exc)[:2000],

@@ -74,3 +74,51 @@ def test_damaged_input_is_exit_2_never_3(tmp_path):
         )
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and words in lines[0], (args[:2], done.stderr[-500:])
+
+
+def test_a_target_that_returns_none_exits_or_raises_ctrl_c_is_target_raised(tmp_path):
+    """The target's own behaviour is a finding about it (exit 1), not a crashed probe (exit 3); an
+    import that exits is a failed import (exit 2, as one that raises)."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "targets.py").write_text(
+        "import sys\n"
+        "def returns_none(q, k, v, block_mask=None, enable_gqa=False):\n    return None\n"
+        "def exits(q, k, v, block_mask=None, enable_gqa=False):\n    sys.exit(4)\n"
+        "def interrupts(q, k, v, block_mask=None, enable_gqa=False):\n    raise KeyboardInterrupt\n"
+    )
+    (tmp_path / "exits_at_import.py").write_text("import sys\nsys.exit(5)\n")
+    for attr, raised in (("returns_none", "TypeError"), ("exits", "SystemExit"), ("interrupts", "KeyboardInterrupt")):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dflashdoctor",
+                "check-compile",
+                f"targets.py:{attr}",
+                "--device",
+                "cpu",
+                "--vary",
+                "0",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )
+        assert done.returncode == 1, done.stderr[-1000:]
+        found = [f for r in json.loads(done.stdout)["results"] for f in r["findings"]]
+        assert [f["title"] for f in found if f["code"] == "target-raised"] == [
+            f"The target raised {raised} in phase target:first"
+        ]
+    done = subprocess.run(
+        [sys.executable, "-m", "dflashdoctor", "check-compile", "exits_at_import.py:fn", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "failed: SystemExit: 5" in done.stderr and done.stderr.count("\n") == 1

@@ -541,8 +541,18 @@ def test_crafted_cache_files_are_broken_entries_not_a_crash(tmp_path):
     (shard / "cdeep.py").write_text("x = " + "(" * 5000 + ")" * 5000 + "\n")
     (shard / ".123456789012345678901.1.tmp").write_text("x")
     done = subprocess.run(
-        [sys.executable, "-m", "dflashdoctor", "cache", "check", "--json"]
-        + ["--triton-dir", str(tmp_path / "triton"), "--inductor-dir", str(tmp_path / "inductor")],
+        [
+            sys.executable,
+            "-m",
+            "dflashdoctor",
+            "cache",
+            "check",
+            "--json",
+            "--triton-dir",
+            str(tmp_path / "triton"),
+            "--inductor-dir",
+            str(tmp_path / "inductor"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
