@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
 import sys
@@ -499,6 +501,9 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
     raise _Terminated
 
 
+_OUTPUT_LOST = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT)  # stdout that cannot take the report
+
+
 def _one_line(message: str) -> str:
     """A message as one line a terminal shows as text: it may quote the user's input (a file name, a
     key of a document), which can hold newlines, escape sequences or undecodable bytes."""
@@ -523,6 +528,14 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         print("dflashdoctor: interrupted", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_LOST:
+            print(f"dflashdoctor: internal error: {_one_line(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
+            sys.exit(EXIT_CRASH)
+        # stdout on a full disk or a closed pipe: the output cannot be written, say so in one line
+        with contextlib.suppress(OSError):
+            print(f"dflashdoctor: cannot write the output: {exc.strerror}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     except Exception as exc:
         print(f"dflashdoctor: internal error: {_one_line(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
         sys.exit(EXIT_CRASH)

@@ -92,6 +92,9 @@ def emit(
     """Write the report directory (and the CI copies asked for), show the report, return the exit code."""
     observations = report.observations_json()  # the probes' raw words, kept as they said them
     report = encodable_report(report)
+    if json_output:  # first: a report folder that fills up or is replaced mid-run cannot lose the report
+        sys.stdout.write(report.to_json() + "\n")
+        sys.stdout.flush()
     directory = report_dir if report_dir is not None else new_report_dir(report.command)
     try:
         write_report_dir(report, directory, observations)
@@ -100,9 +103,7 @@ def emit(
     for path, render in ((junit, render_junit), (sarif, render_sarif)):
         if path is not None:
             _write_copy(path, render(report))
-    if json_output:
-        sys.stdout.write(report.to_json() + "\n")
-    else:
+    if not json_output:
         render_terminal(report, Console(), verbose=verbose, report_dir=str(directory))
     if environ is not None:
         github.publish(report, environ)

@@ -118,3 +118,29 @@ def test_a_report_folder_that_is_a_fifo_or_a_device_is_named_as_such(tmp_path):
     for given, words in ((tmp_path / "fifo", "is a FIFO, not a folder"), (Path("/dev/zero"), "character device")):
         run = _doctor(tmp_path, *CACHE_CHECK, *_caches(tmp_path), "--report-dir", str(given))
         assert run.returncode == 2 and words in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_a_report_folder_that_cannot_be_written_still_gives_the_json_report(tmp_path, capsys):
+    """--json: the report reaches stdout first; a folder that fills up or is replaced afterwards is
+    one line and exit 2, not a lost report."""
+    import json
+
+    from dflashdoctor.errors import BadInput
+    from dflashdoctor.output import emit
+    from dflashdoctor.report import Report
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    report = Report(command="cache", argv=["dflashdoctor", "cache", "check"], started="now")
+    with pytest.raises(BadInput, match="cannot"):
+        emit(report, json_output=True, report_dir=blocked / "report", verbose=False)
+    assert json.loads(capsys.readouterr().out)["command"] == "cache"
+
+
+def test_show_to_a_full_disk_is_one_line_and_exit_2(tmp_path):
+    example = Path(__file__).resolve().parents[2] / "reports" / "examples" / "h200-healthy" / "report.json"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "dflashdoctor", "show", str(example)], stdout=full, stderr=subprocess.PIPE, text=True
+        )
+    assert done.returncode == 2 and done.stderr == "dflashdoctor: cannot write the output: No space left on device\n"
