@@ -13,21 +13,25 @@ from dflashdoctor.report import Check, Finding, ProbeResult, Report
 
 
 def _related(result: ProbeResult) -> Callable[[Check], list[Finding]]:
-    """The findings each check stands for: those of its codes, and of a finding about one node (its
-    evidence names it) only the check of that node. Indexed once, so that a gate of N nodes writes
-    each node's finding once, not N times (N x N findings of 1,024 unreachable hosts stalled it)."""
-    general: dict[str, list[Finding]] = defaultdict(list)
-    per_subject: dict[tuple[str, str], list[Finding]] = defaultdict(list)
-    for found in result.findings:
+    """The findings each check stands for, in the section's order: those of its codes, and of a
+    finding about one node (its evidence names a node the section has a check of) only that node's
+    check. Indexed once, so that a gate of N nodes writes each node's finding once, not N times
+    (N x N findings of 1,024 unreachable hosts stalled it)."""
+    general: dict[str, list[int]] = defaultdict(list)
+    per_subject: dict[tuple[str, str], list[int]] = defaultdict(list)
+    checks = {check.name for check in result.checks or []}
+    for index, found in enumerate(result.findings):
         subject = found.evidence.get("node") if isinstance(found.evidence, dict) else None
-        if isinstance(subject, str):
-            per_subject[(found.code, subject)].append(found)
+        if isinstance(subject, str) and subject in checks:
+            per_subject[(found.code, subject)].append(index)
         else:
-            general[found.code].append(found)
+            general[found.code].append(index)
 
     def related(check: Check) -> list[Finding]:
-        own = [f for code in check.codes for f in per_subject.get((code, check.name), ())]
-        return own or [f for code in check.codes for f in general.get(code, ())]
+        codes = set(check.codes)
+        own = sorted(i for code in codes for i in per_subject.get((code, check.name), ()))
+        chosen = own or sorted(i for code in codes for i in general.get(code, ()))
+        return [result.findings[i] for i in chosen]
 
     return related
 

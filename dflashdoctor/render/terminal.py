@@ -26,17 +26,25 @@ _VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold magen
 _EVIDENCE_CHARS = 1200
 
 
+def _one_line(text: str) -> str:
+    """A title, a place, a detail, a fix, a check or a table cell is one line: a newline in it (a file
+    name may hold one) is shown escaped, so that it cannot forge a line of the report; multi-line
+    evidence (stacks, tracebacks) is shown with --verbose, dimmed."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _finding(console: Console, f: Finding, verbose: bool) -> None:
-    console.print(Text.assemble((f"[{f.severity}] ", _SEVERITY_STYLE[f.severity]), (f.code, "bold"), "  ", f.title))
+    title = _one_line(f.title)
+    console.print(Text.assemble((f"[{f.severity}] ", _SEVERITY_STYLE[f.severity]), (f.code, "bold"), "  ", title))
     if "pid" in f.evidence:  # a finding of one process of a run
         rank = f.evidence.get("rank")
         console.print(Text(f"    in {'rank ' + str(rank) + ', ' if rank is not None else ''}pid {f.evidence['pid']}"))
     if f.where:
-        console.print(Text(f"    at {f.where.label()}", style="dim"))
+        console.print(Text(f"    at {_one_line(f.where.label())}", style="dim"))
     if f.detail:
-        console.print(Text("    " + f.detail))
+        console.print(Text("    " + _one_line(f.detail)))
     if f.fix:
-        console.print(Text.assemble(("    fix: ", "green"), f.fix))
+        console.print(Text.assemble(("    fix: ", "green"), _one_line(f.fix)))
     if verbose and f.evidence:
         evidence = json.dumps(f.evidence, indent=2, default=str)
         console.print(Text(evidence[:_EVIDENCE_CHARS], style="dim"))
@@ -53,7 +61,7 @@ def _table(table: ReportTable) -> Table:
         else:
             drawn.add_column(table.columns[i])
     for row in table.rows:
-        drawn.add_row(*(Text(row[i]) for i in shown))
+        drawn.add_row(*(Text(_one_line(row[i])) for i in shown))
     return drawn
 
 
@@ -69,7 +77,14 @@ def render_terminal(report: Report, console: Console, *, verbose: bool = False, 
         for check in result.checks:
             mark, style = _CHECK_STYLE[check.status]
             console.print(
-                Text.assemble("  ", (mark, style), " ", (check.name.ljust(width), "bold"), "  ", check.summary)
+                Text.assemble(
+                    "  ",
+                    (mark, style),
+                    " ",
+                    (_one_line(check.name).ljust(width), "bold"),
+                    "  ",
+                    _one_line(check.summary),
+                )
             )
         for table in result.tables:
             if table.rows:

@@ -241,3 +241,20 @@ def test_junit_gives_each_node_its_own_finding_only():
     assert len(bodies) == 64
     for name, body in bodies.items():
         assert body.count("node-unreachable") == 1 and f"refused at {name}" in body
+
+
+def test_a_newline_in_a_file_name_cannot_forge_a_terminal_line():
+    import io
+
+    from rich.console import Console
+
+    from dflashdoctor.render.terminal import render_terminal
+
+    name = "/cache/ab/c\nERROR: forged line.py"
+    forged = finding("cache-corrupt-entry", f"Broken entry: {name}", detail=f"{name} under root", where=Where(file=name))
+    result = ProbeResult(probe="cache", status="fail", findings=[forged], checks=[Check(name, "fail", name, [])])
+    buffer = io.StringIO()
+    render_terminal(Report(command="cache", argv=[], started="now", results=[result]), Console(file=buffer, width=200))
+    lines = buffer.getvalue().splitlines()
+    assert not [line for line in lines if line.startswith("ERROR: forged")], lines
+    assert any("c\\nERROR: forged line.py" in line for line in lines)
