@@ -251,7 +251,9 @@ def test_a_newline_in_a_file_name_cannot_forge_a_terminal_line():
     from dflashdoctor.render.terminal import render_terminal
 
     name = "/cache/ab/c\nERROR: forged line.py"
-    forged = finding("cache-corrupt-entry", f"Broken entry: {name}", detail=f"{name} under root", where=Where(file=name))
+    forged = finding(
+        "cache-corrupt-entry", f"Broken entry: {name}", detail=f"{name} under root", where=Where(file=name)
+    )
     result = ProbeResult(probe="cache", status="fail", findings=[forged], checks=[Check(name, "fail", name, [])])
     buffer = io.StringIO()
     render_terminal(Report(command="cache", argv=[], started="now", results=[result]), Console(file=buffer, width=200))
