@@ -12,16 +12,28 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
 from dflashdoctor.cache.files import by_suffix
 from dflashdoctor.cache.model import Problem, ProblemKind, RootScan, read_failure
+from dflashdoctor.placed_files import kind_of
 from dflashdoctor.processes import pid_alive
 
 TMP_FILE = re.compile(r"^\.(\d+)\.(\d+)\.tmp$")
 _ENTRY_TREES = ("fxgraph", "aotautograd")  # one folder per cache entry, files inside pickled
 _SKIPPED = ("locks", "triton")  # lock files by design; Triton roots checked on their own
+
+
+def _not_a_plain_file(path: str) -> str | None:
+    """Why a file in the root is not one torch wrote: torch writes regular files only."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link to {os.readlink(path)!r}, which torch never writes (not followed)"
+    if not stat.S_ISREG(mode):
+        return f"{kind_of(mode)}, not a regular file (not read)"
+    return None
 
 
 class _InductorScan:
@@ -82,6 +94,10 @@ class _InductorScan:
         self.scan.entries += 1
         if size is None:
             self._problem("corrupt", path, "cannot be read (a dangling link or a link loop)", [path])
+            return
+        not_plain = _not_a_plain_file(path)
+        if not_plain:  # never read through: a link may lead anywhere, a FIFO would block the read
+            self._problem("corrupt", path, not_plain, [path])
             return
         try:
             problem = by_suffix(path, size)

@@ -560,3 +560,36 @@ def test_crafted_cache_files_are_broken_entries_not_a_crash(tmp_path):
     assert done.returncode == 1, done.stderr
     codes = [f["code"] for r in json.loads(done.stdout)["results"] for f in r["findings"]]
     assert codes.count("cache-corrupt-entry") >= 3 and "cache-orphan-tmp" in codes, codes
+
+
+def test_the_inductor_scan_never_reads_through_a_link_or_a_fifo(tmp_path):
+    """A link in a shard to a root-only file, and a FIFO named like generated code: the scan reads
+    neither (before, it compiled the link's target and would block on the FIFO's open)."""
+    shard = tmp_path / "inductor" / "ab"
+    shard.mkdir(parents=True)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not python: root's own\n")
+    (shard / "clink.py").symlink_to(secret)
+    os.mkfifo(shard / "cfifo.py")
+    (tmp_path / "triton").mkdir()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dflashdoctor",
+            "cache",
+            "check",
+            "--json",
+            "--inductor-dir",
+            str(tmp_path / "inductor"),
+            "--triton-dir",
+            str(tmp_path / "triton"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    titles = [f["title"] for r in json.loads(done.stdout)["results"] for f in r["findings"]]
+    assert any("a symbolic link to" in t and "not followed" in t for t in titles), titles
+    assert any("a FIFO, not a regular file" in t for t in titles), titles
