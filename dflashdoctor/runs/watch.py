@@ -20,7 +20,7 @@ from typing import Any
 
 from dflashdoctor.agent.config import EVENTS_DIR
 from dflashdoctor.processes import pid_alive
-from dflashdoctor.redaction import redact_text
+from dflashdoctor.redaction import redact_argv
 from dflashdoctor.runs.events import LogReader, last_activity
 from dflashdoctor.runs.stacks import dump_stacks
 
@@ -162,11 +162,13 @@ def _instrumented_by_this_run(pid: int, events: Path) -> bool:
 
 
 def _command_of(pid: int) -> str:
+    """Its command line, with what looks secret taken out (`--hf-token X`), as the report says it."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read(4096).replace(b"\0", b" ").decode(errors="replace").strip()
+            words = handle.read(4096).decode(errors="replace").split("\0")
     except OSError:
         return "?"
+    return " ".join(redact_argv([word for word in words if word]))
 
 
 def stop_leftovers(group: int, events: Path) -> list[dict[str, Any]]:
@@ -182,7 +184,7 @@ def stop_leftovers(group: int, events: Path) -> list[dict[str, Any]]:
         if not left or time.monotonic() >= deadline:
             break
         time.sleep(_POLL_S)
-    named = [{"pid": pid, "command": redact_text(_command_of(pid))} for pid in sorted(left)]
+    named = [{"pid": pid, "command": _command_of(pid)} for pid in sorted(left)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in left:
             with contextlib.suppress(OSError):
