@@ -19,10 +19,9 @@ import secrets
 import stat
 from pathlib import Path
 
-from dflashdoctor.cache.safe_fs import open_child_folder, user_name
+from dflashdoctor.cache.safe_fs import PRIVATE_FOLDER, open_child_folder, user_name
 from dflashdoctor.errors import BadInput
 
-PRIVATE_FOLDER = 0o700
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -89,16 +88,6 @@ class ReportFolder:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-    def new_folder(self, name: str) -> ReportFolder:
-        """A private folder made now inside this one (it must not exist: one left by another run, or
-        planted, is not reused)."""
-        try:
-            os.mkdir(name, PRIVATE_FOLDER, dir_fd=self.fd)
-            fd = open_child_folder(self.fd, name)
-        except OSError as exc:
-            raise BadInput(f"cannot make {self.path / name}: {exc.strerror}") from None
-        return ReportFolder(fd, self.path / name)
 
     def write(self, name: str, text: str, *, private: bool = False) -> None:
         """`name` replaced whole: a reader in another process sees the old file or the new one.
