@@ -9,7 +9,8 @@ nothing over it, and the hooks are restored either way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from types import TracebackType
 
 from dflashdoctor.judges.expectations import dense_findings, fallback_findings, overlap_findings, plural
 from dflashdoctor.observations import BlockObservations
@@ -88,13 +89,37 @@ def failure(recording: Recording, *checks: str) -> ExpectationError | None:
     return broken[0][0](text, [f for _, findings, _ in broken for f in findings], recording)
 
 
-@contextlib.contextmanager
-def _expect(check: str, *, autotuners: bool = False) -> Iterator[Recording]:
-    with Recording(autotuners=autotuners) as recording:
-        yield recording
-    error = failure(recording, check)
-    if error is not None:
-        raise error
+class _Expectation(contextlib.AbstractContextManager["Recording"]):
+    """One `with` block judged by `check` at its end. Entered a second time it says so, instead of
+    contextlib's "generator didn't yield" or an AttributeError about its internals."""
+
+    def __init__(self, function: str, check: str, *, autotuners: bool = False) -> None:
+        self.function = function
+        self.check = check
+        self.autotuners = autotuners
+        self._recording: Recording | None = None
+
+    def __enter__(self) -> Recording:
+        if self._recording is not None:
+            raise RuntimeError(f"{self.function}() was entered already: call it again for each `with` block")
+        self._recording = Recording(autotuners=self.autotuners).__enter__()
+        return self._recording
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        recording = self._recording
+        assert recording is not None
+        recording.__exit__(exc_type, exc, tb)
+        if exc_type is not None:  # the block's own exception goes on; the block was not judged
+            return
+        error = failure(recording, self.check)
+        if error is not None:
+            raise error
+
+
+def _expect(check: str, *, autotuners: bool = False) -> _Expectation:
+    return _Expectation(f"expect_{check.replace('-', '_')}", check, autotuners=autotuners)
 
 
 def expect_fused() -> contextlib.AbstractContextManager[Recording]:

@@ -47,6 +47,8 @@ class Recording:
     def __enter__(self) -> Recording:
         from dflashdoctor.hooks.dynamo_watch import DynamoWatch
 
+        if self._dense is not None:  # its marks would be reset under the first block
+            raise RuntimeError("this recording was entered already: make a new one (record()) for each block")
         self._dense = HOOKS.open_dense()
         self._dense_mark = self._dense.mark()
         self._watch = DynamoWatch()

@@ -109,3 +109,21 @@ def test_attention_interface_recorder_restores_every_entry():
     with HFAttentionRecorder(None, DenseFlexRecorder(), ModuleNamer()):
         assert all(AttentionInterface._global_mapping[k] is not v for k, v in before.items())
     assert AttentionInterface._global_mapping == before
+
+
+def test_an_expectation_or_a_recording_entered_twice_says_so():
+    """Reusing one `expect_fused()` for two blocks once failed with an AttributeError about
+    contextlib's internals, and a reused recording silently reset its marks under the first block."""
+    from dflashdoctor.testing import expect_fused
+    from dflashdoctor.testing.recording import record
+
+    expectation = expect_fused()
+    with expectation:
+        pass
+    with pytest.raises(RuntimeError, match=r"expect_fused\(\) was entered already"), expectation:
+        pass
+    recording = record()
+    with recording:
+        pass
+    with pytest.raises(RuntimeError, match="this recording was entered already"), recording:
+        pass
