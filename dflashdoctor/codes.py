@@ -66,7 +66,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "cache-low-space": ("warning", "little free space left under the cache root"),
     "cache-not-writable": ("error", "the cache root cannot be written by this user"),
     "node-parts-mixed": ("error", "the parts merged are not one run: two for one node, or other nodes or commands"),
-    "processes-left-running": ("error", "processes the command started still ran after it exited: stopped"),
+    "processes-left-running": ("error", "processes a command or probe started still ran after it exited: stopped"),
     "cache-root-untrusted": ("error", "the cache root is another user's, or others can write into it"),
     "cache-quarantined": ("info", "`cache fix` moved broken entries into a quarantine, with a manifest"),
     "cache-restored": ("info", "`cache restore` put a quarantine's entries back"),

@@ -3,13 +3,16 @@
 The child is the probed interpreter (this one, or `--python PATH`). It gets dflashdoctor's own
 folder on PYTHONPATH, so another environment needs only torch, not dflashdoctor installed. The
 child runs in its own process group: on timeout we ask it for every thread's stack (SIGUSR1, see
-probe_support), then kill the group, so nothing it started outlives it.
+probe_support), then kill the group. Whichever way it ends, what it started and left running (in
+its group, or carrying its marker after leaving it: leftovers.py) is named and stopped, so nothing
+it started outlives it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -24,12 +27,14 @@ from typing import IO, Any
 
 from dflashdoctor.forkserver.client import HostedChild, current_host
 from dflashdoctor.forkserver.server import READ_WHEN_USED
+from dflashdoctor.leftovers import stop_leftovers
 from dflashdoctor.probe_support import PARENT_VARIABLE
 from dflashdoctor.processes import kill_with_group, output_tail
 from dflashdoctor.remote import SshTarget, run_remote
 
 _STACK_DUMP_GRACE_S = 2.0
 _TAIL_CHARS = 6000
+PROBE_MARKER = "DFLASHDOCTOR_PROBE_ID"  # in each probe's environment, unique to it (leftovers.py)
 
 
 @dataclass
@@ -44,6 +49,7 @@ class ProbeRun:
     stdout_tail: str = ""
     stderr_tail: str = ""
     argv: list[str] = field(default_factory=list)
+    left_running: list[dict[str, Any]] = field(default_factory=list)  # {"pid", "command"}, stopped by the doctor
 
     def crash_summary(self) -> str:
         if self.timed_out:
@@ -176,8 +182,9 @@ def run_probe(
         config_path.write_text(json.dumps(config), encoding="utf-8")
         argv = [python, str(probes_dir() / script), "--config", str(config_path), "--out", str(out_path)]
         started = time.monotonic()
+        marker = f"{PROBE_MARKER}={secrets.token_hex(8)}"
         with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
-            child = _start(argv, python, env or {}, out, err, work, forkable=forkable)
+            child = _start(argv, python, env or {}, out, err, work, marker=marker, forkable=forkable)
             timed_out = False
             try:
                 child.wait(timeout=timeout_s)
@@ -186,9 +193,11 @@ def run_probe(
                 _stop(child)
             except BaseException:  # the doctor interrupted (Ctrl-C, SIGTERM): its probe goes with it
                 kill_with_group(child.pid)
+                stop_leftovers(child.pid, marker, settle_s=0)
                 raise
             finally:
                 RUNNING.discard(child.pid)
+            left_running = stop_leftovers(child.pid, marker)
         run = ProbeRun(
             probe=probe,
             duration_s=round(time.monotonic() - started, 3),
@@ -197,6 +206,7 @@ def run_probe(
             stdout_tail=output_tail(work / "stdout", _TAIL_CHARS),
             stderr_tail=output_tail(work / "stderr", _TAIL_CHARS),
             argv=argv,
+            left_running=left_running,
         )
         if not timed_out and out_path.exists():
             try:
@@ -236,20 +246,31 @@ RUNNING = _Running()
 
 
 def _start(
-    argv: list[str], python: str, env: dict[str, str], out: IO[bytes], err: IO[bytes], work: Path, *, forkable: bool
+    argv: list[str],
+    python: str,
+    env: dict[str, str],
+    out: IO[bytes],
+    err: IO[bytes],
+    work: Path,
+    *,
+    marker: str,
+    forkable: bool,
 ) -> subprocess.Popen[bytes] | HostedChild:
     """The probe's process: forked from the gate's probe host where the probe may be, one runs this
     interpreter, and the probe's own environment holds only variables read when used (what the
-    host imported might read others at import); else started afresh."""
+    host imported might read others at import); else started afresh. Either way its environment
+    holds `marker` ("NAME=value"), which whatever it starts inherits."""
+    name, value = marker.split("=", 1)
     host = current_host(python) if forkable and set(env) <= READ_WHEN_USED else None
-    child = host.start(argv[1:], {**probe_env(python), **env}, work / "stdout", work / "stderr") if host else None
+    hosted_env = {**probe_env(python), **env, name: value}
+    child = host.start(argv[1:], hosted_env, work / "stdout", work / "stderr") if host else None
     if child is None:
         child = subprocess.Popen(
             argv,
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,
-            env={**probe_env(python), **env, PARENT_VARIABLE: str(os.getpid())},  # it dies with this doctor
+            env={**hosted_env, PARENT_VARIABLE: str(os.getpid())},  # it dies with this doctor
             start_new_session=True,
         )
     RUNNING.add(child.pid)

@@ -13,6 +13,7 @@ from dflashdoctor import __version__
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.errors import BadInput, MissingPackage
+from dflashdoctor.judges.leftovers import left_running_finding
 from dflashdoctor.observations import ObservationsError, load
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.probe_support import missing_package
@@ -142,19 +143,25 @@ def probe_into_report(
     if target is not None:
         report.environment["probed_host"] = ssh
     payload = probe_payload(run, python)
+    results = _judged(run, spec, payload, budgets)
+    if run.left_running:  # what the target or script started outlived the probe: it was stopped
+        results[0].findings.append(left_running_finding(run.left_running, f"probe {spec.name}"))
+    report.results.extend(results)
+    if payload is not None:
+        report.observations[spec.name] = payload
+        report.environment.update({k: payload[k] for k in _PROBED_ENVIRONMENT if payload.get(k) is not None})
+
+
+def _judged(run: ProbeRun, spec: ProbeSpec, payload: dict[str, Any] | None, budgets: Budgets) -> list[ProbeResult]:
+    """The probe's sections: its judge's, or one crash section when it wrote nothing its judge can read."""
     if payload is None:
-        report.results.append(crash_result(run))
-        return
-    report.observations[spec.name] = payload
+        return [crash_result(run)]
     if "probe_error" in payload:
-        report.results.append(probe_error_result(run, payload))
-        return
+        return [probe_error_result(run, payload)]
     try:
         observations = load(spec.observations, payload)
     except ObservationsError as exc:  # the probe wrote something its judge cannot read: our bug
-        report.results.append(probe_error_result(run, {"probe_error": f"unreadable observations: {exc}"}))
-        return
+        return [probe_error_result(run, {"probe_error": f"unreadable observations: {exc}"})]
     results = spec.judge(observations, budgets)
     results[0].duration_s = run.duration_s
-    report.results.extend(results)
-    report.environment.update({k: payload[k] for k in _PROBED_ENVIRONMENT if payload.get(k) is not None})
+    return results

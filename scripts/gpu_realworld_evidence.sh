@@ -2,8 +2,8 @@
 # On a CUDA machine: the real-code cases forward and backward (tests/integration/test_gpu_realworld.py),
 # with every report they write, then the per-case table (scripts/realworld_table.py: ground truth,
 # verdict, cause, and the wall time of the plain script, trace-attention and run).
-#   OUT=/some/dir [SELECT='static or tiles'] [ONLY=drafter,static] bash scripts/gpu_realworld_evidence.sh [tests|table|all]
-# SELECT picks tests (pytest -k), ONLY picks table cases (scripts/realworld_table.py --only).
+#   OUT=/some/dir [SELECT='static or tiles'] [ONLY=drafter,static] [SKIP=titan] bash scripts/gpu_realworld_evidence.sh [tests|table|all]
+# SELECT picks tests (pytest -k), ONLY and SKIP pick table cases (scripts/realworld_table.py --only, --skip).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -19,7 +19,7 @@ if [ "$part" != table ]; then
   tar czf "$OUT/evidence.tgz" -C "$evidence" .
 fi
 if [ "$part" != tests ]; then
-  python3 scripts/realworld_table.py --device cuda --only "${ONLY:-}" 2>&1 | tee "$OUT/realworld-table.md"
+  python3 scripts/realworld_table.py --device cuda --only "${ONLY:-}" --skip "${SKIP:-}" 2>&1 | tee "$OUT/realworld-table.md"
   status=$((status || PIPESTATUS[0]))
 fi
 exit "$status"

@@ -3,7 +3,7 @@
 dynamo's records), trace-attention's verdict, dense layers and cause, `run`'s verdict, and the wall
 time of the plain script, of trace-attention and of run (one sample each: compile time dominates).
 
-    python3 scripts/realworld_table.py [--device cuda] [--only static,drafter]
+    python3 scripts/realworld_table.py [--device cuda] [--only static,drafter] [--skip titan]
 
 The last two cases are the held-out DFlash drafter (benchmarks/held_out_drafter.py, after SpecForge's),
 whose layers call transformers' compiled flex themselves: healthy, and compiled whole with aot_eager.
@@ -79,9 +79,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--only", default="", help="comma-separated words: the cases whose command has one")
+    parser.add_argument("--skip", default="", help="comma-separated words: leave out the cases whose command has one")
     args = parser.parse_args()
     words = [w for w in args.only.split(",") if w]
-    cases = [c for c in _cases(args.device) if not words or any(w in _label(c) for w in words)]
+    skipped = [w for w in args.skip.split(",") if w]
+    cases = [
+        c
+        for c in _cases(args.device)
+        if (not words or any(w in _label(c) for w in words)) and not any(w in _label(c) for w in skipped)
+    ]
     print(
         "| case | truth: dense fwd, limit hits | trace verdict | dense layers (fwd/bwd) | cause | run verdict "
         "| plain s | trace s | run s |"

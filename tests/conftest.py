@@ -179,6 +179,16 @@ def shared():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def start_as_nobody(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A long-running process of the unprivileged user `nobody`, for attacks that need one alive."""
+    if os.geteuid() != 0:
+        pytest.skip("acting as another local user needs root (setpriv to nobody)")
+    try:
+        return subprocess.Popen([*_NOBODY, *argv], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    except FileNotFoundError:
+        pytest.skip("setpriv (util-linux) is not installed")
+
+
 def as_nobody(script: str) -> None:
     """Runs a shell script as the unprivileged user `nobody` (uid 65534): another local user, for
     attacks on a command root runs. Skips where this process cannot change user (not root, no setpriv)."""

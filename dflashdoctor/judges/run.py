@@ -19,6 +19,7 @@ from dflashdoctor.judges.autotuners import concurrent_entry_findings, user_frame
 from dflashdoctor.judges.base import Judge, frame_where, size_text
 from dflashdoctor.judges.kernel_resources import OutOfResources, out_of_resources_finding
 from dflashdoctor.judges.known_causes import known_cause
+from dflashdoctor.judges.leftovers import left_running_finding
 from dflashdoctor.judges.plots import step_plots
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
 from dflashdoctor.observations import RunObservations, TraceAttentionObservations, load
@@ -323,21 +324,7 @@ class RunJudge(Judge):
         )
 
     def _left_running(self, left: list[dict[str, Any]]) -> None:
-        """The command exited, but processes it started still ran: a run that leaves a daemon writing
-        events (or holding a GPU) after its report is not over, whatever its exit code."""
-        named = "; ".join(f"pid {p.get('pid')}: {p.get('command')}" for p in left[:5]) + (
-            " ..." if len(left) > 5 else ""
-        )
-        self.findings.append(
-            finding(
-                "processes-left-running",
-                f"{len(left)} processes of the command still ran after it exited; dflashdoctor stopped them",
-                detail=f"Still running once the command had exited: {named}. They were sent SIGTERM, then SIGKILL.",
-                evidence={"left_running": left[:50]},
-                fix="Have the program wait for (join) what it starts, or stop its background workers and daemons "
-                "before it exits.",
-            )
-        )
+        self.findings.append(left_running_finding(left, "the command"))
         self._check(
             "leftovers", "fail", f"{len(left)} processes still ran after the command exited", "processes-left-running"
         )

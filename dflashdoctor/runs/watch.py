@@ -8,7 +8,6 @@ SIGKILL after a grace period. Ctrl-C is forwarded as SIGINT, then the same stop.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -19,15 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from dflashdoctor.agent.config import EVENTS_DIR
+from dflashdoctor.leftovers import stop_leftovers
 from dflashdoctor.processes import pid_alive
-from dflashdoctor.redaction import redact_argv
 from dflashdoctor.runs.events import LogReader, last_activity
 from dflashdoctor.runs.stacks import dump_stacks
 
 _POLL_S = 0.2
 _PROGRESS_LINE_EVERY_S = 10.0
 _GRACE_S = 10.0
-_LEFTOVER_GRACE_S = 2.0
 
 
 @dataclass
@@ -130,69 +128,5 @@ def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | 
         signal.signal(signal.SIGHUP, previous_hup)
     outcome.returncode = child.wait()
     outcome.duration_s = round(time.monotonic() - started, 3)
-    outcome.left_running = stop_leftovers(child.pid, events)
+    outcome.left_running = stop_leftovers(child.pid, f"{EVENTS_DIR}={events}")
     return outcome
-
-
-def _group_members(group: int) -> list[int]:
-    """The live processes of a process group, read from /proc (Linux); none elsewhere."""
-    members = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group and fields[0] != b"Z":
-            members.append(int(entry))
-    return members
-
-
-def _instrumented_by_this_run(pid: int, events: Path) -> bool:
-    """A process that left the group (setsid, a daemon) but runs with this run's agent: its
-    environment names this run's events folder (a pid reused by another program does not)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            environ = handle.read(1 << 20).split(b"\0")
-    except OSError:
-        return False
-    return f"{EVENTS_DIR}={events}".encode() in environ
-
-
-def _command_of(pid: int) -> str:
-    """Its command line, with what looks secret taken out (`--hf-token X`), as the report says it."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            words = handle.read(4096).decode(errors="replace").split("\0")
-    except OSError:
-        return "?"
-    return " ".join(redact_argv([word for word in words if word]))
-
-
-def stop_leftovers(group: int, events: Path) -> list[dict[str, Any]]:
-    """What of the command still runs once it has exited: the rest of its process group, and
-    instrumented processes that left it. They get a moment to end on their own (compile workers
-    follow their parent out), then are named and stopped: SIGTERM, SIGKILL after a grace period."""
-    deadline = time.monotonic() + _LEFTOVER_GRACE_S
-    while True:
-        left = set(_group_members(group)) | {
-            pid for pid in last_activity(events) if pid_alive(pid) and _instrumented_by_this_run(pid, events)
-        }
-        left.discard(os.getpid())
-        if not left or time.monotonic() >= deadline:
-            break
-        time.sleep(_POLL_S)
-    named = [{"pid": pid, "command": _command_of(pid)} for pid in sorted(left)]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in left:
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
-        end = time.monotonic() + _GRACE_S
-        while time.monotonic() < end and any(pid_alive(pid) for pid in left):
-            time.sleep(_POLL_S)
-        left = {pid for pid in left if pid_alive(pid)}
-        if not left:
-            break
-    return named

@@ -1,6 +1,6 @@
-"""What a command under `run` leaves behind: a background child in its process group and a daemon
-that left the group (setsid) but carries the run's agent are named and stopped once the command
-exits, and the run does not pass; SIGHUP to the doctor stops the command as SIGTERM does."""
+"""What a command under `run` leaves behind: a background child in its process group, a daemon
+that left the group (setsid) with the run's agent and one without it (not Python) are named and
+stopped once the command exits, and the run does not pass; SIGHUP to the doctor stops the command as SIGTERM does."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ _LEAVES = """
 import subprocess, sys
 sleeper = subprocess.Popen(["sleep", "300"])
 daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
-open(sys.argv[1], "w").write(f"{sleeper.pid} {daemon.pid}")
+stray = subprocess.Popen(["sleep", "301"], start_new_session=True)  # no agent: found by the run's marker
+open(sys.argv[1], "w").write(f"{sleeper.pid} {daemon.pid} {stray.pid}")
 print("leaving them behind")
 """
 
@@ -28,13 +29,13 @@ def test_a_background_child_and_a_setsid_daemon_are_named_and_stopped(tmp_path):
     script, pids_file = tmp_path / "leaves.py", tmp_path / "pids"
     script.write_text(_LEAVES)
     run = run_cli(tmp_path, "run", "--", sys.executable, str(script), str(pids_file))
-    sleeper, daemon = map(int, pids_file.read_text().split())
+    sleeper, daemon, stray = map(int, pids_file.read_text().split())
     assert run.code == 1, run.stdout[-3000:] + run.stderr[-2000:]
     (left,) = run.findings("processes-left-running")
     named = {entry["pid"]: entry["command"] for entry in left["evidence"]["left_running"]}
-    assert set(named) == {sleeper, daemon} and named[sleeper] == "sleep 300"
+    assert set(named) == {sleeper, daemon, stray} and named[sleeper] == "sleep 300" and named[stray] == "sleep 301"
     time.sleep(0.5)
-    assert not pid_alive(sleeper) and not pid_alive(daemon)
+    assert not any(map(pid_alive, (sleeper, daemon, stray)))
 
 
 def test_a_command_that_leaves_nothing_has_no_such_finding(tmp_path):

@@ -1,0 +1,102 @@
+"""What a finished child leaves running is found by its group and by the marker in the environment
+its descendants inherit (dflashdoctor/leftovers.py): real processes, a daemon that left the group,
+a process of another local user carrying the same marker, and a probe's target and script that leave
+a forked child and a setsid daemon behind (`trace-attention --script`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from dflashdoctor.leftovers import still_running, stop_leftovers
+from dflashdoctor.processes import pid_alive
+from tests.conftest import run_cli, start_as_nobody
+
+_MARKER = "DFLASHDOCTOR_PROBE_ID=test-marker-1234"
+
+
+def _finished_group() -> int:
+    """The process group of a child that has exited: nothing is left in it."""
+    child = subprocess.Popen(["true"], start_new_session=True)
+    child.wait()
+    return child.pid
+
+
+def test_the_kernels_and_inits_groups_are_never_a_childs():
+    assert still_running(0, _MARKER) == set() and still_running(1, _MARKER) == set()
+
+
+def _wait_until(check, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_marked_daemon_is_found_and_stopped_and_an_unmarked_one_is_left_alone():
+    env = {**os.environ, "DFLASHDOCTOR_PROBE_ID": "test-marker-1234"}
+    marked = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
+    unmarked = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        group = _finished_group()
+        _wait_until(lambda: marked.pid in still_running(group, _MARKER))
+        assert still_running(group, _MARKER) == {marked.pid}
+        left = stop_leftovers(group, _MARKER, settle_s=0)
+        assert left == [{"pid": marked.pid, "command": "sleep 300"}]
+        marked.wait(timeout=30)
+        assert pid_alive(unmarked.pid) and still_running(group, _MARKER) == set()
+    finally:
+        for process in (marked, unmarked):
+            process.kill()
+            process.wait()
+
+
+def test_another_users_process_carrying_the_marker_is_not_ours():
+    """As root, every process's environment is readable: one of nobody's that copies the marker
+    must neither be stopped by root nor make root's job look unfinished."""
+    intruder = start_as_nobody(
+        ["sleep", "300"], {"PATH": os.environ["PATH"], "DFLASHDOCTOR_PROBE_ID": "test-marker-1234"}
+    )
+    try:
+        _wait_until(
+            lambda: os.path.exists(f"/proc/{intruder.pid}") and os.stat(f"/proc/{intruder.pid}").st_uid == 65534
+        )
+        time.sleep(0.2)  # setpriv has exec'd sleep: the environment is the one given
+        group = _finished_group()
+        assert intruder.pid not in still_running(group, _MARKER)
+        assert stop_leftovers(group, _MARKER, settle_s=0) == [] and intruder.poll() is None
+    finally:
+        intruder.kill()
+        intruder.wait()
+
+
+_SCRIPT_LEAVES = """
+import os, subprocess, sys, time
+daemon = subprocess.Popen(["sleep", "303"], start_new_session=True)
+forked = os.fork()
+if forked == 0:
+    time.sleep(300)
+    os._exit(0)
+open(sys.argv[1], "w").write(f"{daemon.pid} {forked}")
+"""
+
+
+def test_a_scripts_forked_child_and_setsid_daemon_are_named_and_stopped(tmp_path):
+    script, pids_file = tmp_path / "leaves.py", tmp_path / "pids"
+    script.write_text(_SCRIPT_LEAVES)
+    run = run_cli(tmp_path, "trace-attention", "--script", str(script), "--", str(pids_file))
+    daemon, forked = map(int, pids_file.read_text().split())
+    (left,) = run.findings("processes-left-running")
+    named = {entry["pid"]: entry["command"] for entry in left["evidence"]["left_running"]}
+    assert set(named) == {daemon, forked} and named[daemon] == "sleep 303", named
+    assert "probe trace-attention" in left["title"]
+    assert run.code == 1, run.stdout[-3000:] + run.stderr[-2000:]
+    _wait_until(lambda: not pid_alive(daemon) and not pid_alive(forked), 15)
+    assert not pid_alive(daemon) and not pid_alive(forked)
+
+
+def test_a_script_that_leaves_nothing_has_no_such_finding(tmp_path):
+    script = tmp_path / "tidy.py"
+    script.write_text("import subprocess\nsubprocess.run(['true'], check=True)\n")
+    run = run_cli(tmp_path, "trace-attention", "--script", str(script))
+    assert not run.findings("processes-left-running"), run.stdout[-2000:]
