@@ -48,9 +48,14 @@ class DenseEvent:
     # backward takes its forward's. None: the stack had none of the frames that tell.
     route: str | None = None
     layer: str | None = None  # the dotted nn.Module name that made the call, when the recorder names modules
+    # The blocks (expect_fused, record) this call is older work than: its thread was running the
+    # same work when they opened (flex_dense.DenseFlexRecorder.watch_older_work). Not written out.
+    older_than: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data.pop("older_than")
+        return data
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Any
 
 from dflashdoctor.cache.files import by_suffix, load_json
 from dflashdoctor.cache.model import Problem, RootScan, read_failure
+from dflashdoctor.placed_files import kind_of
 from dflashdoctor.processes import pid_alive
 
 KEY_FOLDER = re.compile(r"^[A-Z2-7]{52}$")
@@ -106,9 +107,8 @@ class _KeyFolder:
     def _entry(self, entry: os.DirEntry[str]) -> None:
         if entry.is_symlink():
             target = os.path.realpath(entry.path)
-            if not os.path.isfile(target):  # triton writes no links: a dangling one, a loop, or a folder
-                what = "a folder" if os.path.isdir(target) else "missing, or a link loop"
-                self.bad(entry.name, f"symlink to {target}, which is {what}")
+            if not os.path.isfile(target):  # triton writes no links: a dangling one, a loop, a folder, a device
+                self.bad(entry.name, f"symlink to {target}, which is {_link_target_kind(target)}")
                 return
         if entry.is_dir():
             tmp = TMP_FOLDER.match(entry.name)
@@ -214,3 +214,14 @@ def scan_triton(root: Path, source: str, installed: str | None) -> RootScan:
                 scan.notes.append(f"{entry.path}: not a triton key folder, left alone")
     scan.seconds = round(time.perf_counter() - started, 3)
     return scan
+
+
+def _link_target_kind(target: str) -> str:
+    """What a link that is no regular file leads to, in words: `/dev/zero` is a character device,
+    not "missing"."""
+    try:
+        return kind_of(os.stat(target).st_mode)
+    except FileNotFoundError:
+        return "missing"
+    except OSError:  # ELOOP, or a folder on the way it may not enter
+        return "unreachable (a link loop, or a folder it cannot enter)"

@@ -171,6 +171,9 @@ class DenseFlexRecorder:
             os.path.abspath(threading.__file__),
             *(os.path.abspath(f) for f in skip_files),
         )
+        # Thread ident -> (block, the outermost frame of the work that thread was doing when the block
+        # opened): a dense call under that frame is older work than the block (watch_older_work).
+        self._older_work: dict[int, tuple[tuple[int, FrameType], ...]] = {}
         # id(code) -> (code, its _USER.. bits). Holding the code keeps its id from being reused.
         self._facts: dict[int, tuple[CodeType, int]] = {}
         # (id(code), line) of a generated graph -> (code, the node's module path and class, or None).
@@ -218,6 +221,36 @@ class DenseFlexRecorder:
             hop, key, original = self._saved.pop()
             hop.py_kernels[key] = original
             hop._dispatch_cache.clear()
+
+    def watch_older_work(self, block: int, running: dict[int, FrameType]) -> None:
+        """`running`: for each thread busy when `block` opened, the outermost frame of its work then.
+        A dense call made under that frame (or the backward of one) is that thread's older work: an
+        earlier test's thread still going is not charged to the next test's block. The frames are
+        held until `forget_older_work`, so their ids stay theirs."""
+        older = dict(self._older_work)
+        for ident, frame in running.items():
+            older[ident] = (*older.get(ident, ()), (block, frame))
+        self._older_work = older  # replaced whole: kernels on other threads read it meanwhile
+
+    def forget_older_work(self, block: int) -> None:
+        older = {}
+        for ident, watched in self._older_work.items():
+            kept = tuple(entry for entry in watched if entry[0] != block)
+            if kept:
+                older[ident] = kept
+        self._older_work = older
+
+    def _older_than(self, frame: FrameType | None) -> tuple[int, ...]:
+        """The blocks whose watched frame for this thread is on the stack: one walk, only on a thread
+        that was busy when some open block began."""
+        watched = self._older_work.get(threading.get_ident())
+        if not watched:
+            return ()
+        on_stack = set()
+        while frame is not None:
+            on_stack.add(id(frame))
+            frame = frame.f_back
+        return tuple(block for block, started in watched if id(started) in on_stack)
 
     def mark(self) -> int:
         """A position in the stream of events, for `events_since` (stable when old events are dropped)."""
@@ -342,6 +375,7 @@ class DenseFlexRecorder:
             thread=threading.current_thread().name,
             route=route,
             layer=self._layer(node, frames),
+            older_than=self._older_than(sys._getframe(2)),
         )
         if ctx is not None:
             self._link_through_ctx(ctx, event)
@@ -403,6 +437,7 @@ class DenseFlexRecorder:
                 del forwards[i]
                 event.site = forward.site or event.site
                 event.route, event.layer = forward.route, event.layer or forward.layer
+                event.older_than = event.older_than or forward.older_than
                 return
 
     def _charge_backward(self, event: DenseEvent) -> None:

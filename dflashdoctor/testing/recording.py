@@ -2,12 +2,19 @@
 
 A `Recording` is live while its block runs (a test may assert on it inside the block) and fixed
 once the block ends. It counts every thread: a data-parallel pair on a thread pool, or the autograd
-engine's device threads that run a dense backward, are part of the block they ran during.
+engine's device threads that run a dense backward, are part of the block they ran during. Work a
+thread had begun before the block opened is not: a thread an earlier test left running, still in
+its loop, is that test's (an idle pool worker that takes a job from the block is the block's).
 """
 
 from __future__ import annotations
 
-from types import TracebackType
+import itertools
+import os
+import sys
+import sysconfig
+import threading
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from dflashdoctor.observations import BlockObservations
@@ -30,6 +37,42 @@ def _dynamo_config(name: str, default: Any) -> Any:
         return default
 
 
+_BLOCKS = itertools.count(1)
+_PATHS = sysconfig.get_paths()
+_LIBRARY = tuple(
+    os.path.join(os.path.abspath(p), "")
+    for p in (_PATHS["stdlib"], _PATHS["platstdlib"], os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
+_SITE = tuple(os.path.join(os.path.abspath(_PATHS[key]), "") for key in ("purelib", "platlib"))
+
+
+def _library(filename: str) -> bool:
+    """The standard library (a pool's worker loop, threading's bootstrap) or dflashdoctor itself:
+    frames that are no one's work. Site-packages lie under the standard library's folder on most
+    installs, and a library's frames there are work (a trainer's loop in a package)."""
+    if filename.startswith("<"):
+        return True
+    path = os.path.abspath(filename)
+    return path.startswith(_LIBRARY) and not path.startswith(_SITE)
+
+
+def _work_in_progress() -> dict[int, FrameType]:
+    """For each other thread busy in someone's code, the outermost frame of that code: it stays on
+    the thread's stack for as long as that work goes on. An idle pool worker (waiting in the
+    standard library's queue) has none."""
+    me = threading.get_ident()
+    running = {}
+    for ident, frame in sys._current_frames().items():
+        outermost = None
+        while ident != me and frame is not None:
+            if not _library(frame.f_code.co_filename):
+                outermost = frame
+            frame = frame.f_back
+        if outermost is not None:
+            running[ident] = outermost
+    return running
+
+
 class Recording:
     """`autotuners`: also watch triton's autotuners for two threads inside one instance (imports
     triton; where triton is missing or changed, the reason is in `unavailable`)."""
@@ -43,6 +86,7 @@ class Recording:
         self._guard: AutotunerGuard | None = None
         self._guard_mark = 0
         self._final: BlockObservations | None = None
+        self._block = next(_BLOCKS)
 
     def __enter__(self) -> Recording:
         from dflashdoctor.hooks.dynamo_watch import DynamoWatch
@@ -50,6 +94,7 @@ class Recording:
         if self._dense is not None:  # its marks would be reset under the first block
             raise RuntimeError("this recording was entered already: make a new one (record()) for each block")
         self._dense = HOOKS.open_dense()
+        self._dense.watch_older_work(self._block, _work_in_progress())
         self._dense_mark = self._dense.mark()
         self._watch = DynamoWatch()
         if self.autotuners:
@@ -66,6 +111,8 @@ class Recording:
         try:
             self._final = self.observations()
         finally:
+            if self._dense is not None:
+                self._dense.forget_older_work(self._block)
             HOOKS.close_dense()
             if self._guard is not None:
                 HOOKS.close_guard()
@@ -79,7 +126,8 @@ class Recording:
             watch.collect("block")
         dense = self._dense
         guard = self._guard
-        events = list(dense.events[max(0, self._dense_mark - dense.dropped) :]) if dense else []
+        since = dense.events[max(0, self._dense_mark - dense.dropped) :] if dense else []
+        events = [event for event in since if self._block not in event.older_than]
         return BlockObservations(
             dense_events=events,
             dense_dropped=max(0, dense.dropped - self._dense_mark) if dense else 0,

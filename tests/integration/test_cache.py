@@ -93,6 +93,21 @@ def test_symlink_loop_inside_the_cache_is_a_finding(tmp_path):
     assert found["where"]["file"] == str(folders[0]) and "link loop" in found["title"]
 
 
+def test_a_link_in_a_triton_entry_is_named_for_what_it_leads_to(tmp_path):
+    """A link to /dev/zero is a character device, not "missing"; each kind of target in its words."""
+    root = tmp_path / "triton"
+    folders = cache_tree.healthy_tree(root, 4)
+    os.symlink("/dev/zero", folders[0] / "zero.cubin")
+    os.symlink(tmp_path / "gone", folders[1] / "gone.cubin")
+    os.symlink(tmp_path, folders[2] / "folder.cubin")
+    os.symlink("loop.cubin", folders[3] / "loop.cubin")
+    said = {p.entry: p.reason for p in scan_triton(root, "test", cache_tree.INSTALLED).problems}
+    assert "symlink to /dev/zero, which is a character device" in said[str(folders[0])]
+    assert "which is missing" in said[str(folders[1])]
+    assert "which is a folder" in said[str(folders[2])]
+    assert "which is unreachable (a link loop" in said[str(folders[3])]
+
+
 def _quarantines(root: Path) -> list[Path]:
     """The quarantine folders beside `root` that hold a manifest."""
     return sorted(p.parent for p in quarantine.home_of(root).glob(f"*/{manifest.MANIFEST}"))
