@@ -344,6 +344,18 @@ def gate_command(
     ] = None,
     target: Annotated[str | None, typer.Option(help="Override the configured check-compile TARGET.")] = None,
     device: Annotated[str | None, typer.Option(help="Override the configured device: auto, cpu or cuda.")] = None,
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            help="Also run this training command under `run` (split as a shell would), each process stopped "
+            "after run_steps optimizer steps; overrides the configured `run`.",
+        ),
+    ] = None,
+    script: Annotated[
+        str | None,
+        typer.Option(help="trace-attention traces this step script instead of the reference drafter."),
+    ] = None,
     junit: Annotated[
         Path | None, typer.Option(callback=_writable(folder=False), help="Also write the JUnit XML here.")
     ] = None,
@@ -374,6 +386,8 @@ def gate_command(
         cwd=Path.cwd(),
         target=target,
         device=device,
+        run=run,
+        script=script,
         python=python,
         ssh=hosts[0] if hosts and not nodes else None,
         nodes=nodes,

@@ -90,6 +90,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "node-missing": ("error", "a node's part of a run on several nodes never came, or never finished"),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
+    "run-timeout": ("error", "the gate's run was still going at run_timeout: stopped, every thread's stack kept"),
     "child-failed": ("error", "the command under `run` exited non-zero or died by a signal"),
     "run-interrupted": ("error", "dflashdoctor got Ctrl-C or SIGTERM and stopped the run before it ended (exit 3)"),
     "probe-crashed": ("error", "a probe crashed, hung or timed out (exit code 3)"),

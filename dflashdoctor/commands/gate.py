@@ -1,5 +1,6 @@
 """`gate`: env, check-compile, trace-attention, the race checks and cache check as one report, judged
-against the configured budgets. Each probe's result is a section (a JUnit testsuite, SARIF results).
+against the configured budgets, and with `run` configured the team's own training command under
+`run` (gate/run_smoke.py). Each probe's result is a section (a JUnit testsuite, SARIF results).
 
 Each probe runs as its own command would (`registry.PROBES`), judged by its own judge with the
 team's budgets; the gate only puts the sections together. The probes run at once by default (each
@@ -20,15 +21,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dflashdoctor.errors import MissingPackage
+from dflashdoctor.errors import BadInput, MissingPackage
 from dflashdoctor.forkserver.client import hosting
 from dflashdoctor.gate.config import GateConfig, load_config
 from dflashdoctor.gate.hostfile import Node
 from dflashdoctor.gate.merge import drop_repeated_findings
 from dflashdoctor.gate.nodes import gate_nodes, nodes_report
+from dflashdoctor.gate.run_smoke import run_command, run_section
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.runner import RUNNING, probe_env, resolve_python
+from dflashdoctor.runs.launch import resolve_command
 from dflashdoctor.session import finish, new_report
 
 
@@ -38,6 +41,8 @@ class GateOptions:
     cwd: Path = Path(".")
     target: str | None = None  # overrides the configuration
     device: str | None = None
+    run: str | None = None  # the team's training command (overrides the configuration's `run`)
+    script: str | None = None  # trace-attention's step script (overrides the configuration's `script`)
     python: str | None = None
     ssh: str | None = None  # [user@]host[:port]: the probed side runs there
     nodes: list[Node] = field(default_factory=list)  # several: the gate on each, compared (hostfile, --ssh)
@@ -102,6 +107,9 @@ def _gate_one(
     reports, host = _probe_reports(config, python, ssh)
     if host is not None:
         report.environment["probe_host"] = host
+    if config.run is not None:  # after the probes: see gate/run_smoke.py
+        command = run_command(config.run)
+        reports.append(run_section(command, config.run_steps, config.run_timeout, config.budgets(), argv))
     for sub in reports:
         report.results.extend(sub.results)
         report.observations.update(sub.observations)
@@ -117,7 +125,15 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
         config.target = options.target
     if options.device:
         config.device = options.device
+    if options.run is not None:
+        config.run = options.run
+    if options.script is not None:
+        config.script = options.script
     config.validate()  # the overrides too, whichever probes run, before any starts
+    if config.run is not None and (options.ssh or options.nodes):
+        raise BadInput("run in the gate runs the command on this machine only; gate each node on the node itself")
+    if config.run is not None:
+        resolve_command(run_command(config.run))  # a missing program is said now, not after the probes
     environment = {"target": config.target, "gate_config": source}
     if not options.nodes:
         return _gate_one(config, environment, options.python, options.ssh, argv)

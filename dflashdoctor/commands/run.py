@@ -42,6 +42,7 @@ class RunOptions:
     stdout_to_stderr: bool = False  # --json: the command's output must not mix with the report on stdout
     part: NodePart | None = None  # one node's part of a run on several (report_dir is then its folder)
     merge_wait_s: float = 600.0  # the node of rank 0: how long to wait for the other nodes' parts
+    deadline_s: float | None = None  # stopped after this long whatever its progress (the gate's run_timeout)
 
 
 def report_folder(
@@ -79,7 +80,7 @@ def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) ->
     try:
         environment = launch.child_environment(bootstrap, events, settings)
         child = launch.start(command, environment, stdout_to_stderr=options.stdout_to_stderr)
-        outcome = watch(child, events, options.hang_timeout_s)
+        outcome = watch(child, events, options.hang_timeout_s, options.deadline_s)
     finally:
         shutil.rmtree(bootstrap, ignore_errors=True)
     observations = RunObservations(command=redact_argv(options.command), outcome=outcome, processes=read_logs(events))

@@ -119,10 +119,11 @@ def trace_attention(options: TraceAttentionOptions, argv: list[str], budgets: Bu
 
 
 def from_gate(config: GateConfig, python: str | None, ssh: str | None) -> TraceAttentionOptions:
-    """The configured model, else the reference drafter step."""
+    """The team's step script, else the configured model, else the reference drafter step."""
     return TraceAttentionOptions(
         model=config.model,
-        drafter=config.model is None,
+        script=config.script,
+        drafter=config.model is None and config.script is None,
         expect_wrapper=config.expect_wrapper,
         device=config.device,
         python=python,

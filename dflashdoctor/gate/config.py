@@ -4,6 +4,7 @@ budget must never pass silently."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -14,7 +15,8 @@ from dflashdoctor.commands.check_compile import CheckCompileOptions
 from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.hostfile import MAX_NODES
 from dflashdoctor.gate.nodes import NODES_IN_FLIGHT
-from dflashdoctor.limits import MAX_VARY, count_problem, seconds_problem
+from dflashdoctor.gate.run_smoke import run_command
+from dflashdoctor.limits import MAX_STEPS, MAX_VARY, count_problem, seconds_problem
 from dflashdoctor.placed_files import MIB, PlacedFileError, read_placed
 from dflashdoctor.registry import GATE_PROBES as PROBES
 from dflashdoctor.session import PROBE_TIMEOUT_S
@@ -31,7 +33,13 @@ class GateConfig:
     mask: str = CheckCompileOptions.mask  # check-compile's mask: dflash, causal or none
     vary: int = CheckCompileOptions.vary  # check-compile: this many more context lengths
     model: str | None = None  # a trace-attention model preset; None traces the reference drafter step
+    script: str | None = None  # trace-attention runs the team's own step (a Python file) instead
     expect_wrapper: str | None = None  # trace-attention: every flex call must go through this
+    # The team's training command under `run` (a string split as a shell would, or a list of words):
+    # each process stopped after run_steps optimizer steps, all of it after run_timeout seconds.
+    run: str | list[str] | None = None
+    run_steps: int = 3
+    run_timeout: float = PROBE_TIMEOUT_S
     probes: list[str] = field(default_factory=lambda: list(PROBES))
     max_recompiles: int = Budgets.max_recompiles
     max_graph_breaks: int = Budgets.max_graph_breaks
@@ -69,13 +77,19 @@ class GateConfig:
         for spec, name in ((self.target, "target"), (self.expect_wrapper, "expect_wrapper")):
             if spec is not None and ":" not in spec:
                 raise BadInput(f"{name} {spec!r} is not of the form package.module:attr or path/to/file.py:attr")
+        if self.script is not None and not os.path.isfile(self.script):
+            raise BadInput(f"script {self.script!r}: no such file (a Python file that runs one training step)")
+        if self.run is not None:
+            run_command(self.run)
         self._validate_shape()
         problems = [
             count_problem(self.vary, "vary", 0, MAX_VARY),
             count_problem(self.max_recompiles, "max_recompiles", 0),
             count_problem(self.max_graph_breaks, "max_graph_breaks", 0),
             count_problem(self.nodes_in_flight, "nodes_in_flight", 1, MAX_NODES),
+            count_problem(self.run_steps, "run_steps", 1, MAX_STEPS),
             seconds_problem(self.timeout, "timeout"),
+            seconds_problem(self.run_timeout, "run_timeout"),
             None
             if self.max_compile_seconds is None
             else seconds_problem(self.max_compile_seconds, "max_compile_seconds", zero_means="allows no compile time"),
@@ -103,6 +117,7 @@ _TYPES = {
     "float | None": (int, float, type(None)),
     "bool": (bool,),
     "list[str]": (list,),
+    "str | list[str] | None": (str, list, type(None)),
     "dict[str, Any]": (dict,),
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from dflashdoctor.agent.process import is_user_file
@@ -9,6 +10,7 @@ from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import frame_where
 from dflashdoctor.report import Finding
 
+_OWN_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # its stub kernel's frames
 SHARED_AUTOTUNER_FIX = (
     "One process per GPU pair (torchrun) instead of threads; or run the target forwards one "
     "after another; or wrap training in dflashdoctor.hooks.AutotunerGuard(serialize=True). "
@@ -29,6 +31,16 @@ def launch_frame(frames: list[str]) -> str | None:
     return frames[launches[0] - 1] if launches and launches[0] > 0 else user_frame(frames)
 
 
+def _entered_from(frames: list[str], launched: str | None) -> str:
+    """Where the second thread's own code called in, when that is not the launching line itself (a
+    library's kernel wrapper launches; the team's pair called the library)."""
+    outside = [f for f in frames if f != launched and _OWN_PACKAGE not in f]
+    caller = user_frame(outside) if outside else None
+    if caller is None or caller == launched or not is_user_file(caller.rsplit(" in ", 1)[0].rsplit(":", 1)[0]):
+        return ""
+    return f" It entered from {caller}."
+
+
 def concurrent_entry_findings(overlaps: list[dict[str, Any]]) -> list[Finding]:
     """One `concurrent-autotuner-entry` per kernel, from the guard's records (`ConcurrentEntry.to_dict`)."""
     by_kernel: dict[str, list[dict[str, Any]]] = {}
@@ -43,7 +55,8 @@ def concurrent_entry_findings(overlaps: list[dict[str, Any]]) -> list[Finding]:
                 f"Two threads inside the autotuner of `{kernel}` at once ({len(events)} times)",
                 detail=f"Threads {first['threads'][0]} and {first['threads'][1]} were inside the same triton "
                 "Autotuner instance together; its run() keeps per-call state on the instance, so they corrupt "
-                f"each other (a crash or silently wrong tuning). Cold (tuning) at the overlap: {first['cold']}.",
+                f"each other (a crash or silently wrong tuning). Cold (tuning) at the overlap: {first['cold']}."
+                + _entered_from(first["stacks"][1], launch_frame(first["stacks"][1])),
                 where=frame_where(launch_frame(first["stacks"][1])),
                 evidence={"overlaps": events[:4], "count": len(events)},
                 fix=SHARED_AUTOTUNER_FIX,

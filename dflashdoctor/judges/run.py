@@ -9,7 +9,10 @@ and pid in the evidence.
 
 from __future__ import annotations
 
+import itertools
+import math
 import signal
+import statistics
 from typing import Any
 
 from dflashdoctor.agent.config import FINAL_SNAPSHOTS
@@ -43,12 +46,27 @@ def _observations(log: ProcessLog) -> dict[str, Any]:
     return obs
 
 
+_TIMEOUT_FIX = (
+    "Give the gate's command a way to stop after a few optimizer steps (the agent stops each process "
+    "after run_steps optimizer.step() calls; a loop without an optimizer never reaches them), or raise run_timeout "
+    "if it was only slow."
+)
+
+
 class ProcessJudge(Judge):
-    def __init__(self, log: ProcessLog, hang_stacks: dict[str, Any] | None, stopped: bool, budgets: Budgets) -> None:
+    def __init__(
+        self,
+        log: ProcessLog,
+        hang_stacks: dict[str, Any] | None,
+        stopped: bool,
+        budgets: Budgets,
+        deadline_s: float | None = None,
+    ) -> None:
         super().__init__(log.label, budgets)
         self.log = log
         self.stopped = stopped
         self.hang_stacks = hang_stacks
+        self.deadline_s = deadline_s  # the stacks were taken at the run's time limit, not for silence
         self.observations = _observations(log)
 
     def judge(self) -> ProbeResult:
@@ -206,13 +224,27 @@ class ProcessJudge(Judge):
         waits = "; ".join(f"{t['name']} at {user_frame(t['frames'])}" for t in threads if t["frames"]) or "unknown"
         tool = self.hang_stacks.get("tool", "?")
         note = f" ({self.hang_stacks['note']})" if self.hang_stacks.get("note") else ""
+        evidence = {"threads": threads, "tool": self.hang_stacks.get("tool")}
+        if self.deadline_s is not None:
+            self.findings.append(
+                finding(
+                    "run-timeout",
+                    f"{self.log.label} was still running at the time limit of {self.deadline_s:g} s",
+                    detail=f"Every thread's stack was taken with {tool}{note} as it was stopped. Each thread was at: "
+                    f"{waits}.",
+                    where=frame_where(frame),
+                    evidence={**evidence, "deadline_s": self.deadline_s},
+                    fix=_TIMEOUT_FIX,
+                )
+            )
+            return
         self.findings.append(
             finding(
                 "hang",
                 f"{self.log.label} made no progress; {len(threads)} threads were stuck",
                 detail=f"Every thread's stack was taken with {tool}{note}. Each thread waited at: {waits}.",
                 where=frame_where(frame),
-                evidence={"threads": threads, "tool": self.hang_stacks.get("tool")},
+                evidence=evidence,
                 fix="Read the stacks: two threads each waiting for the other's lock is a deadlock; a collective "
                 "(all_reduce, barrier) waiting on one rank means another rank took a different path.",
             )
@@ -241,6 +273,7 @@ class ProcessJudge(Judge):
             "rank": self.log.rank,
             "argv": self.log.start.get("argv"),
             "steps": self.log.step_count,
+            "step_seconds_median": _median_step_seconds(steps),
             "peak_bytes_by_step": peaks[-_STEPS_KEPT:],
             "peak_bytes": max(peaks, default=None),
             "dense_kernels": self.observations.get(
@@ -248,6 +281,15 @@ class ProcessJudge(Judge):
             ),
             "damaged_event_lines": self.log.damaged_lines,  # a process killed mid-write leaves one
         }
+
+
+def _median_step_seconds(steps: list[dict[str, Any]]) -> float | None:
+    """Seconds per optimizer step, median over the gaps between step records (the first step, which
+    compiles, is only their start; coalesced records count for the steps they span)."""
+    marks = [(s.get("step"), s.get("t")) for s in steps]
+    marks = [(n, t) for n, t in marks if type(n) is int and type(t) in (int, float) and math.isfinite(t)]
+    rates = [(t1 - t0) / (n1 - n0) for (n0, t0), (n1, t1) in itertools.pairwise(marks) if n1 > n0 and t1 >= t0]
+    return round(statistics.median(rates), 6) if rates else None
 
 
 def _worth_a_section(log: ProcessLog) -> bool:
@@ -280,7 +322,8 @@ class RunJudge(Judge):
         stacks = hang.get("stacks", {})
         shown = [log for log in self.logs if _worth_a_section(log) or log.pid in stacks]
         stopped = self.outcome.stopped_by_doctor
-        sections = [ProcessJudge(log, stacks.get(log.pid), stopped, self.budgets).judge() for log in shown]
+        deadline = hang.get("deadline_s")
+        sections = [ProcessJudge(log, stacks.get(log.pid), stopped, self.budgets, deadline).judge() for log in shown]
         self._overview(shown)
         overview = self.result()
         if self.outcome.interrupted:
@@ -292,6 +335,21 @@ class RunJudge(Judge):
         """The watchdog stopped the command: never a pass. Each process whose stacks were taken has
         its own `hang` finding; a command with none (not Python, or not instrumented) gets this one."""
         silent = hang["silent_s"]
+        deadline = hang.get("deadline_s")
+        if deadline is not None:
+            summary = f"still running at its time limit of {deadline:g} s: stopped"
+            self._check("watchdog", "fail", summary, "run-timeout")
+            if not hang.get("stacks"):
+                self.findings.append(
+                    finding(
+                        "run-timeout",
+                        f"The command was still running at its time limit of {deadline:g} s; dflashdoctor stopped it",
+                        detail="None of its processes had loaded the agent, so no stacks could be taken.",
+                        evidence={"deadline_s": deadline, "command": self.command},
+                        fix=_TIMEOUT_FIX,
+                    )
+                )
+            return
         self._check("watchdog", "fail", f"no progress for {silent} s: stacks taken, run stopped", "hang")
         if hang.get("stacks"):
             return

@@ -77,7 +77,12 @@ def _progress_line(reader: LogReader) -> str:
     return " | ".join(parts)
 
 
-def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | None) -> Outcome:
+def watch(
+    child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | None, deadline_s: float | None = None
+) -> Outcome:
+    """Follow the command to its end. `hang_timeout_s`: stopped after that long without progress;
+    `deadline_s`: stopped after that long whatever its progress (the gate's bound on its run: a
+    loop with no optimizer step never reaches --steps)."""
     started = time.monotonic()
     interrupted = False
 
@@ -110,15 +115,19 @@ def watch(child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | 
                     last_line = line
                 last_line_t = now
             silent = time.time() - last_progress_wall
-            if hang_timeout_s is not None and silent >= hang_timeout_s:
+            hung = hang_timeout_s is not None and silent >= hang_timeout_s
+            late = deadline_s is not None and now - started >= deadline_s
+            if hung or late:
                 live = [pid for pid in activity if _ours(pid, child.pid)]
+                why = f"still running after {now - started:.0f} s" if late else f"no progress for {silent:.0f} s"
                 print(
-                    f"dflashdoctor run: no progress for {silent:.0f} s: taking the stacks of {len(live)} "
-                    "processes, then stopping the run",
+                    f"dflashdoctor run: {why}: taking the stacks of {len(live)} processes, then stopping the run",
                     file=sys.stderr,
                     flush=True,
                 )
                 outcome.hang = {"silent_s": round(silent, 1), "stacks": {pid: dump_stacks(pid, events) for pid in live}}
+                if late:
+                    outcome.hang["deadline_s"] = deadline_s
                 outcome.stopped_by_doctor = True
                 _stop(child, signal.SIGTERM)
                 break

@@ -10,7 +10,7 @@ import pytest
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.report import Check, ProbeResult
 from tests.paths import TARGETS
-from tests.unit.recorded import Case, codes, documented, found, judged, judged_case
+from tests.unit.recorded import Case, codes, documented, found, judged, judged_case, raw
 
 SCRIPTS = TARGETS / "run"
 
@@ -18,6 +18,10 @@ SCRIPTS = TARGETS / "run"
 # (tests/integration/test_run_leftovers.py makes it for real)
 _LEFT = {"pid": 4242, "command": "sleep 300"}
 _LEFT_OUTCOME = {"returncode": 0, "duration_s": 1.0, "left_running": [_LEFT]}
+
+# the recorded deadlock, as watch() reports it when the gate's run_timeout stopped it
+_DEADLOCK = raw("cpu/run-deadlock")
+_AT_DEADLINE = {**_DEADLOCK["outcome"], "hang": {**_DEADLOCK["outcome"]["hang"], "deadline_s": 30.0}}
 
 CASES: dict[str, Case] = {
     "uncaught-exception": "cpu/run-raises",
@@ -28,6 +32,7 @@ CASES: dict[str, Case] = {
     "dense-forward": "cpu/run-eager-flex",
     "instrumentation-unavailable": "cpu/run-not-python",
     "processes-left-running": ("cpu/run-not-python", {"outcome": _LEFT_OUTCOME}),
+    "run-timeout": ("cpu/run-deadlock", {"outcome": _AT_DEADLINE}),
 }
 
 
@@ -51,6 +56,15 @@ def test_processes_left_running_fail_the_run_and_are_named():
     (left,) = documented(results, "processes-left-running")
     assert "pid 4242: sleep 300" in left.detail and left.evidence["left_running"] == [_LEFT]
     assert any(c.name == "leftovers" and c.status == "fail" for r in results for c in r.checks)
+
+
+def test_a_run_stopped_at_its_time_limit_says_so_not_hang_and_names_where_each_thread_was():
+    results = judged_case(CASES["run-timeout"])
+    assert "hang" not in codes(results)
+    timeouts = documented(results, "run-timeout")
+    assert timeouts and all("time limit of 30 s" in f.title for f in timeouts)
+    assert any(f.where is not None and f.where.file.endswith("deadlock.py") for f in timeouts)
+    assert check(results[0], "watchdog").status == "fail"
 
 
 def test_an_exception_in_a_module_names_the_module_and_its_line():
