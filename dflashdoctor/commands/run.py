@@ -6,6 +6,7 @@ rank 0 waits for the others and merges the parts into one report there (commands
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -29,6 +30,8 @@ from dflashdoctor.runs.events import read_logs
 from dflashdoctor.runs.parts import NodePart, node_part, wait_for_parts, write_part
 from dflashdoctor.runs.watch import watch
 from dflashdoctor.session import finish, new_report
+
+_CLAIM = ".claimed-by-a-run"  # not *.jsonl: the event reader never takes it for a process's log
 
 
 @dataclass
@@ -59,6 +62,17 @@ def report_folder(
     return shared / part.folder, part
 
 
+def _claim(events: Path) -> None:
+    """This run's own events folder: two runs started at once with one --report-dir would both find
+    it empty and mix their processes into one report. The first to create the claim has it."""
+    try:
+        os.close(os.open(events / _CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        raise BadInput(f"{events} belongs to another run in the same folder: give another --report-dir") from None
+    except OSError as exc:
+        raise BadInput(f"cannot write into {events}: {exc.strerror}") from None
+
+
 def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
     command = launch.resolve_command(options.command)
     if options.steps is not None and count_problem(options.steps, "--steps", 1, MAX_STEPS):
@@ -72,6 +86,7 @@ def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) ->
         raise BadInput(f"cannot create {events}: {exc.strerror}") from None
     if any(events.iterdir()):
         raise BadInput(f"{events} holds events of an earlier run: give another --report-dir")
+    _claim(events)
     started = time.monotonic()
     report = new_report("run", argv)
     report.environment["target"] = " ".join(redact_argv(options.command))

@@ -7,10 +7,11 @@ each is found where it happens. So a `concurrent-autotuner-entry` seen here is a
 `threaded_autotuners` says (that budget excuses a prediction, not an observation); run's judge
 never consults it.
 
-It runs after the probes, not beside them: on the 2-core CPU of CI a run beside the probes slowed
-both, and on one GPU it would share memory with check-compile's compile and measurement (measured:
-docs/commands/gate.md). Its events go to a private temporary folder, removed after judging; what the
-report needs is in the report.
+It runs after the probes, not beside them. Beside them the gate would end sooner (measured on the
+2-core CPU: docs/commands/gate.md), but the probes' figures would be taken with a trainer competing
+for the same CPUs and GPU, and those figures are judged (check-compile's compile seconds against
+`max_compile_seconds`). Its events go to a private temporary folder, removed after judging; what
+the report needs is in the report.
 """
 
 from __future__ import annotations

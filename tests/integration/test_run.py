@@ -322,3 +322,30 @@ def test_steps_are_coalesced_after_the_first_hundred_and_none_is_lost(tmp_path):
     (section,) = [r for r in result.report["results"][1:] if r["probe"].startswith("process")]
     assert section["measurements"]["steps"] == 500
     assert steps[-1]["step_s"]["min"] <= steps[-1]["step_s"]["mean"] <= steps[-1]["step_s"]["max"]
+
+
+def test_two_runs_started_at_once_into_one_report_dir_never_mix(tmp_path):
+    """Both may find the events folder empty; before, both then ran (exit 0 twice, seen in
+    scripts/hostile_pass_2.py) and one report held both commands' processes. Now the first to claim
+    the folder runs, the other is bad input (exit 2, one line)."""
+    folder = tmp_path / "shared"
+    program = "import os, time; time.sleep(2); print(os.getpid())"
+    argv = [sys.executable, "-m", "dflashdoctor", "run", "--report-dir", str(folder), "--"]
+    runs = [
+        subprocess.Popen(
+            [*argv, sys.executable, "-c", program],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    done = [(proc, *proc.communicate(timeout=300)) for proc in runs]
+    assert sorted(proc.returncode for proc, _, _ in done) == [0, 2], [err[-500:] for _, _, err in done]
+    (refused,) = [err for proc, _, err in done if proc.returncode == 2]
+    assert len(refused.strip().splitlines()) == 1  # which line depends on which got there first
+    assert "belongs to another run" in refused or "holds events of an earlier run" in refused
+    report = json.loads((folder / "report.json").read_text())
+    processes = [r for r in report["results"][1:] if r["measurements"].get("pid")]
+    assert len(processes) <= 1 and report["results"][0]["measurements"]["returncode"] == 0
