@@ -18,6 +18,7 @@ from dflashdoctor.commands.cache import CacheOptions
 from dflashdoctor.commands.check_compile import CheckCompileOptions
 from dflashdoctor.commands.env import EnvOptions
 from dflashdoctor.commands.gate import GateOptions, gate
+from dflashdoctor.commands.lint import LintOptions, lint
 from dflashdoctor.commands.merge import merge
 from dflashdoctor.commands.race import RaceOptions
 from dflashdoctor.commands.run import RunOptions, merge_when_first, report_folder
@@ -415,6 +416,24 @@ def env_command(
 ) -> None:
     """Versions, GPUs, cache roots, the TORCH*/TRITON*/FLA*/CUDA*/NCCL* knobs set, and known hazards."""
     _probe("env", EnvOptions(python=python, ssh=ssh), json_output, report_dir, verbose)
+
+
+@app.command("lint")
+def lint_command(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Files or folders to scan; default the current folder.")
+    ] = None,
+    sarif: Annotated[
+        Path | None, typer.Option(callback=_writable(folder=False), help="Also write the SARIF 2.1.0 here.")
+    ] = None,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """The flex_attention patterns that make a long run dense, at file and line: raw calls, wrappers
+    compiled without Inductor or rebound, mask mods reading rebound globals. Reads source only."""
+    report = lint(LintOptions(paths=paths or [Path(".")]), _argv())
+    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose, sarif=sarif))
 
 
 @app.command("show")

@@ -90,6 +90,16 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "node-missing": ("error", "a node's part of a run on several nodes never came, or never finished"),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
+    "lint-raw-flex-call": ("error", "lint: flex_attention called outside any compiled region (its dense kernel)"),
+    "lint-wrapper-not-inductor": (
+        "error",
+        "lint: a flex_attention wrapper compiled with a backend other than Inductor",
+    ),
+    "lint-wrapper-rebound": (
+        "error",
+        "lint: a compiled flex_attention wrapper rebound to something else after it is made",
+    ),
+    "lint-mod-reads-global": ("warning", "lint: a score_mod/mask_mod reads a module-level number that is rebound"),
     "run-timeout": ("error", "the gate's run was still going at run_timeout: stopped, every thread's stack kept"),
     "child-failed": ("error", "the command under `run` exited non-zero or died by a signal"),
     "run-interrupted": ("error", "dflashdoctor got Ctrl-C or SIGTERM and stopped the run before it ended (exit 3)"),

@@ -174,6 +174,7 @@ class DenseFlexRecorder:
         # Thread ident -> (block, the outermost frame of the work that thread was doing when the block
         # opened): a dense call under that frame is older work than the block (watch_older_work).
         self._older_work: dict[int, tuple[tuple[int, FrameType], ...]] = {}
+        self._older_work_lock = threading.Lock()  # blocks on two threads open and close at once
         # id(code) -> (code, its _USER.. bits). Holding the code keeps its id from being reused.
         self._facts: dict[int, tuple[CodeType, int]] = {}
         # (id(code), line) of a generated graph -> (code, the node's module path and class, or None).
@@ -227,18 +228,20 @@ class DenseFlexRecorder:
         A dense call made under that frame (or the backward of one) is that thread's older work: an
         earlier test's thread still going is not charged to the next test's block. The frames are
         held until `forget_older_work`, so their ids stay theirs."""
-        older = dict(self._older_work)
-        for ident, frame in running.items():
-            older[ident] = (*older.get(ident, ()), (block, frame))
-        self._older_work = older  # replaced whole: kernels on other threads read it meanwhile
+        with self._older_work_lock:
+            older = dict(self._older_work)
+            for ident, frame in running.items():
+                older[ident] = (*older.get(ident, ()), (block, frame))
+            self._older_work = older  # replaced whole: kernels on other threads read it unlocked
 
     def forget_older_work(self, block: int) -> None:
-        older = {}
-        for ident, watched in self._older_work.items():
-            kept = tuple(entry for entry in watched if entry[0] != block)
-            if kept:
-                older[ident] = kept
-        self._older_work = older
+        with self._older_work_lock:
+            older = {}
+            for ident, watched in self._older_work.items():
+                kept = tuple(entry for entry in watched if entry[0] != block)
+                if kept:
+                    older[ident] = kept
+            self._older_work = older
 
     def _older_than(self, frame: FrameType | None) -> tuple[int, ...]:
         """The blocks whose watched frame for this thread is on the stack: one walk, only on a thread

@@ -1,0 +1,76 @@
+"""`lint [PATH...]`: the flex_attention patterns that make a long run dense or racy, found in the
+source (lint/): one section of findings at file and line, in every format a report has (SARIF
+puts them on a pull request's diff). Nothing is imported and torch need not be installed."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dflashdoctor.errors import BadInput
+from dflashdoctor.lint.facts import file_facts
+from dflashdoctor.lint.rules import judge_file
+from dflashdoctor.placed_files import MIB, read_placed
+from dflashdoctor.report import Check, ProbeResult, Report
+from dflashdoctor.session import finish, new_report
+
+# Folders no team's own code lives in: version control, caches, environments, build output.
+_SKIPPED = {".git", ".hg", "__pycache__", ".venv", "venv", ".tox", "node_modules", "build", "dist", ".mypy_cache"}
+_SOURCE_BYTES = 4 * MIB  # a larger .py is generated data, not code anyone writes
+_NEEDLE = b"flex_attention"
+
+
+@dataclass
+class LintOptions:
+    paths: list[Path] = field(default_factory=lambda: [Path(".")])
+
+
+def python_files(paths: list[Path]) -> Iterator[Path]:
+    """Every .py under the paths, in a stable order; links to folders are not followed (a loop, or
+    a tree outside the repository)."""
+    for path in paths:
+        if path.is_file():
+            yield path
+            continue
+        for folder, subfolders, files in os.walk(path):
+            subfolders[:] = sorted(d for d in subfolders if d not in _SKIPPED and not d.endswith(".egg-info"))
+            yield from (Path(folder) / name for name in sorted(files) if name.endswith(".py"))
+
+
+def lint(options: LintOptions, argv: list[str]) -> Report:
+    missing = [str(p) for p in options.paths if not p.exists()]
+    if missing:
+        raise BadInput(f"no such file or folder: {missing[0]}")
+    started = time.monotonic()
+    report = new_report("lint", argv)
+    findings, scanned, unreadable = [], 0, []
+    for path in python_files(options.paths):
+        try:
+            data = read_placed(path, _SOURCE_BYTES, follow=True)
+        except OSError:
+            unreadable.append(str(path))
+            continue
+        scanned += 1
+        if _NEEDLE not in data:  # every rule is about flex_attention: a file that never names it is clean
+            continue
+        try:
+            facts = file_facts(str(path), data.decode("utf-8"))
+        except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+            unreadable.append(str(path))
+            continue
+        findings += judge_file(facts)
+    result = ProbeResult(probe="lint", findings=findings, subject=", ".join(str(p) for p in options.paths))
+    errors = any(f.severity == "error" for f in findings)
+    result.checks.append(
+        Check("lint", "fail" if errors else "pass", f"{scanned} Python files read, {len(findings)} findings")
+    )
+    if unreadable:
+        shown = ", ".join(unreadable[:3]) + (" ..." if len(unreadable) > 3 else "")
+        said = f"{len(unreadable)} files are not Python this can parse: {shown}"
+        result.checks.append(Check("unparsed", "info", said))
+    result.measurements.update(files=scanned, unparsed=unreadable[:50], seconds=round(time.monotonic() - started, 3))
+    report.results.append(result)
+    return finish(report, started)
