@@ -18,6 +18,7 @@ from dflashdoctor.commands.cache import CacheOptions
 from dflashdoctor.commands.check_compile import CheckCompileOptions
 from dflashdoctor.commands.env import EnvOptions
 from dflashdoctor.commands.gate import GateOptions, gate
+from dflashdoctor.commands.init import InitOptions, init
 from dflashdoctor.commands.lint import LintOptions, lint
 from dflashdoctor.commands.merge import merge
 from dflashdoctor.commands.race import RaceOptions
@@ -416,6 +417,19 @@ def env_command(
 ) -> None:
     """Versions, GPUs, cache roots, the TORCH*/TRITON*/FLA*/CUDA*/NCCL* knobs set, and known hazards."""
     _probe("env", EnvOptions(python=python, ssh=ssh), json_output, report_dir, verbose)
+
+
+@app.command("init")
+def init_command(
+    root: Annotated[Path, typer.Argument(help="The repository's root; default the current folder.")] = Path("."),
+    write: Annotated[
+        bool, typer.Option("--write", help="Add the table to ROOT/pyproject.toml (never over an existing one).")
+    ] = False,
+) -> None:
+    """A commented [tool.dflashdoctor] for this repository, inferred from its source (nothing imported):
+    the compiled flex_attention wrapper, the training command for `run`, threads. Then: dflashdoctor gate."""
+    sys.stdout.write(init(InitOptions(root=root, write=write)))
+    raise typer.Exit(0)
 
 
 @app.command("lint")

@@ -253,15 +253,16 @@ def file_facts(path: str, source: str) -> FileFacts:
     first.visit(tree)
     for call in first.finish(tree).compiles:
         if call.compiles_flex:
-            for target in _bound_targets(tree, call.line):
+            for target in bound_targets(tree, call.line):
                 collector.wrappers[target] = call.line
     collector.visit(tree)
     return collector.finish(tree)
 
 
-def _bound_targets(tree: ast.Module, line: int) -> list[str]:
+def bound_targets(tree: ast.Module, line: int, *, reachable_only: bool = False) -> list[str]:
     """The targets of the assignment on `line` as the second pass spells them (class attributes
-    qualified by their class)."""
+    qualified by their class). `reachable_only`: those an import can reach (`module:name`,
+    `module:Class.attr`), not a function's local or an instance's attribute."""
     found: list[str] = []
 
     def walk(node: ast.AST, classes: list[str], in_function: bool) -> None:
@@ -280,7 +281,11 @@ def _bound_targets(tree: ast.Module, line: int) -> list[str]:
                         if classes and not in_function and isinstance(target, ast.Name):
                             dotted = f"{classes[-1]}.{dotted}"
                         elif dotted.startswith("self.") and classes:
+                            if reachable_only:
+                                continue
                             dotted = f"{classes[-1]}.{dotted[5:]}"
+                        elif reachable_only and in_function:
+                            continue
                         found.append(dotted)
                 walk(child, classes, in_function)
 
