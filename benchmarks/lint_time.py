@@ -1,6 +1,6 @@
-"""How long `dflashdoctor lint` takes on a large real source tree (the installed transformers package
-by default), against the floor measured in the same run: reading every .py file of the tree once
-(what any scan pays). In process, medians over repeats.
+"""How long `dflashdoctor lint` and `dflashdoctor init` take on a large real source tree (the
+installed transformers package by default), against the floor measured in the same run: reading
+every .py file of the tree once (what any scan pays). In process, medians over repeats.
 
     python3 benchmarks/lint_time.py [--repeats 5] [PATH]
 """
@@ -13,6 +13,7 @@ import statistics
 import time
 from pathlib import Path
 
+from dflashdoctor.commands.init import InitOptions, init
 from dflashdoctor.commands.lint import LintOptions, lint, python_files
 
 
@@ -34,7 +35,7 @@ def main() -> None:
         root = Path(os.path.dirname(transformers.__file__))
     else:
         root = Path(args.path)
-    floor, scans = [], []
+    floor, scans, inits = [], [], []
     for _ in range(args.repeats):
         started = time.perf_counter()
         size = _read_all(root)
@@ -42,11 +43,16 @@ def main() -> None:
         started = time.perf_counter()
         report = lint(LintOptions([root]), ["lint"])
         scans.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        init(InitOptions(root=root))
+        inits.append(time.perf_counter() - started)
     result = report.results[0]
     print(f"{root}: {result.measurements['files']} files, {size / 2**20:.1f} MiB, {len(result.findings)} findings")
     print(f"read every file (floor): {statistics.median(floor):.3f} s (median of {args.repeats})")
     scan, base = statistics.median(scans), statistics.median(floor)
     print(f"lint:                    {scan:.3f} s ({scan / base:.2f}x the floor)")
+    inferred = statistics.median(inits)
+    print(f"init:                    {inferred:.3f} s ({inferred / base:.2f}x the floor)")
 
 
 if __name__ == "__main__":

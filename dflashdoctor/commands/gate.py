@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -134,6 +135,8 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
         raise BadInput("run in the gate runs the command on this machine only; gate each node on the node itself")
     if config.run is not None:
         resolve_command(run_command(config.run))  # a missing program is said now, not after the probes
+    if config.script is not None and not os.path.isfile(config.script):
+        raise BadInput(f"script {config.script!r}: no such file (a Python file that runs one training step)")
     environment = {"target": config.target, "gate_config": source}
     if not options.nodes:
         return _gate_one(config, environment, options.python, options.ssh, argv)

@@ -51,7 +51,7 @@ def scan(root: Path) -> SetupFacts:
     for path in python_files([root]):
         relative = os.path.relpath(path, root)
         try:
-            python_setup(facts, relative, read_placed(path, _SOURCE_BYTES, follow=True).decode("utf-8"))
+            python_setup(facts, relative, read_placed(path, _SOURCE_BYTES, follow=True))
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
             continue  # what cannot be read says nothing; lint lists such files
     for folder, subfolders, files in os.walk(root):

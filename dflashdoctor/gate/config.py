@@ -4,7 +4,6 @@ budget must never pass silently."""
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -77,8 +76,6 @@ class GateConfig:
         for spec, name in ((self.target, "target"), (self.expect_wrapper, "expect_wrapper")):
             if spec is not None and ":" not in spec:
                 raise BadInput(f"{name} {spec!r} is not of the form package.module:attr or path/to/file.py:attr")
-        if self.script is not None and not os.path.isfile(self.script):
-            raise BadInput(f"script {self.script!r}: no such file (a Python file that runs one training step)")
         if self.run is not None:
             run_command(self.run)
         self._validate_shape()

@@ -15,7 +15,6 @@ _LAUNCHER = re.compile(
     r"^\s*(?:[A-Z_]+=\S+\s+)*"  # VAR=value prefixes
     r"(torchrun|accelerate launch|srun|deepspeed|python3?\s+-m\s+torch\.distributed\.run)\b.*$"
 )
-_THREADS = {"ThreadPoolExecutor", "Thread"}
 
 
 @dataclass
@@ -36,62 +35,37 @@ class SetupFacts:
     launchers: list[Place] = field(default_factory=list)
 
 
-class _Uses(ast.NodeVisitor):
-    def __init__(self) -> None:
-        self.hf_flex: list[int] = []
-        self.threads: list[int] = []
-        self.main: int | None = None
-        self.steps = False
-        self.process_group = False
-        self.imports_torch = False
-
-    def visit_Import(self, node: ast.Import) -> None:
-        self.imports_torch |= any(a.name == "torch" or a.name.startswith("torch.") for a in node.names)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        self.imports_torch |= (node.module or "").split(".")[0] == "torch"
-
-    def visit_If(self, node: ast.If) -> None:
-        test = node.test
-        if (
-            isinstance(test, ast.Compare)
-            and isinstance(test.left, ast.Name)
-            and test.left.id == "__name__"
-            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
-        ):
-            self.main = node.lineno
-        self.generic_visit(node)
-
-    def visit_Call(self, node: ast.Call) -> None:
-        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        if name in _THREADS:
-            self.threads.append(node.lineno)
-        elif name == "init_process_group":
-            self.process_group = True
-        elif name in ("step", "backward") and isinstance(node.func, ast.Attribute):
-            self.steps = True
-        for keyword in node.keywords:
-            value = keyword.value
-            flex = isinstance(value, ast.Constant) and value.value == "flex_attention"
-            if keyword.arg == "attn_implementation" and flex:
-                self.hf_flex.append(node.lineno)
-        self.generic_visit(node)
+_IMPORTS_TORCH = re.compile(rb"^\s*(?:import|from)\s+torch\b", re.MULTILINE)
+_HF_FLEX = re.compile(rb"""attn_implementation\s*=\s*["']flex_attention["']""")
+_THREAD = re.compile(rb"\b(?:ThreadPoolExecutor|Thread)\(")
+_MAIN = re.compile(rb"""^if\s+__name__\s*==\s*["']__main__["']""", re.MULTILINE)
+_STEPS = re.compile(rb"\.(?:backward|step)\(")
+_PROCESS_GROUP = re.compile(rb"\binit_process_group\(")
+_COMPILES_FLEX = re.compile(rb"compile\(\s*[\w.]*flex")  # torch.compile(flex_attention ...), any alias of it
 
 
-def python_setup(facts: SetupFacts, relative: str, source: str) -> None:
-    """Add what one Python file says (SyntaxError and ValueError propagate to the caller)."""
-    tree = ast.parse(source, filename=relative)
-    uses = _Uses()
-    uses.visit(tree)
-    facts.hf_flex += [Place(relative, line, 'attn_implementation="flex_attention"') for line in uses.hf_flex]
-    if uses.imports_torch:
-        facts.thread_pools += [Place(relative, line, "a thread pool or thread") for line in uses.threads]
-    if uses.main is not None and uses.steps and uses.imports_torch:
-        facts.trainers.append(Place(relative, uses.main, "an entry point"))
-    if uses.process_group:
+def _lines(pattern: re.Pattern[bytes], data: bytes) -> list[int]:
+    return [data.count(b"\n", 0, match.start()) + 1 for match in pattern.finditer(data)]
+
+
+def python_setup(facts: SetupFacts, relative: str, data: bytes) -> None:
+    """Add what one Python file says. Words are found by pattern (a suggestion that names its line
+    is cheap to check, and parsing every file of a large tree is not); the wrappers, whose bound
+    names matter, by `ast`, only in files where a compile( call's first word names flex
+    (SyntaxError, ValueError and UnicodeDecodeError propagate to the caller)."""
+    imports_torch = _IMPORTS_TORCH.search(data) is not None
+    facts.hf_flex += [Place(relative, line, 'attn_implementation="flex_attention"') for line in _lines(_HF_FLEX, data)]
+    if imports_torch:
+        facts.thread_pools += [Place(relative, line, "a thread pool or thread") for line in _lines(_THREAD, data)]
+        main = _lines(_MAIN, data)
+        if main and _STEPS.search(data):
+            facts.trainers.append(Place(relative, main[0], "an entry point"))
+    if _PROCESS_GROUP.search(data):
         facts.distributed.add(relative)
-    if "flex_attention" not in source:
+    if not _COMPILES_FLEX.search(data):
         return
+    source = data.decode("utf-8")
+    tree = ast.parse(source, filename=relative)
     for call in file_facts(relative, source).compiles:
         if not call.compiles_flex:
             continue

@@ -30,7 +30,7 @@ def test_the_readme_is_read_in_minutes_and_links_to_what_exists():
     assert len(text.encode()) < 10_000
     for page in ("docs/codes.md", "docs/architecture.md", "docs/output.md", "docs/known-hazards.md", "docs/testing.md"):
         assert page in text and (ROOT / page).is_file(), page
-    for command in ("check-compile", "trace-attention", "race", "cache", "run", "gate", "env", "show"):
+    for command in ("check-compile", "trace-attention", "race", "cache", "run", "gate", "env", "show", "init", "lint"):
         page = f"docs/commands/{command}.md"
         assert page in text and (ROOT / page).is_file(), page
 

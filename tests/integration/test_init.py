@@ -96,3 +96,15 @@ def test_write_adds_the_table_and_never_writes_over_one(tmp_path):
 def test_a_root_that_is_not_a_folder_is_one_line_and_exit_2(tmp_path):
     done = _init(tmp_path / "nowhere")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "is not a folder" in done.stderr
+
+
+def test_threads_and_launch_scripts_are_said_with_their_lines(tmp_path):
+    (tmp_path / "pairs.py").write_text(
+        "import torch\nfrom concurrent.futures import ThreadPoolExecutor\n\npool = ThreadPoolExecutor(2)\n"
+    )
+    (tmp_path / "launch.sh").write_text("#!/bin/sh\nNCCL_DEBUG=WARN torchrun --nproc-per-node 8 train.py\n")
+    (tmp_path / "notes.py").write_text("# a comment naming ThreadPoolExecutor( in a file without torch\n")
+    said = _init(tmp_path).stdout
+    assert "threaded_autotuners = true  # a thread pool or thread at pairs.py:4" in said
+    assert "# a launch line at launch.sh:2: NCCL_DEBUG=WARN torchrun --nproc-per-node 8 train.py" in said
+    assert "notes.py" not in said
