@@ -5,6 +5,7 @@ puts them on a pull request's diff). Nothing is imported and torch need not be i
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from pathlib import Path
 from dflashdoctor.errors import BadInput
 from dflashdoctor.lint.facts import file_facts
 from dflashdoctor.lint.rules import judge_file
-from dflashdoctor.placed_files import MIB, read_placed
+from dflashdoctor.placed_files import MIB, kind_of, read_placed
 from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.session import finish, new_report
 
@@ -41,9 +42,11 @@ def python_files(paths: list[Path]) -> Iterator[Path]:
 
 
 def lint(options: LintOptions, argv: list[str]) -> Report:
-    missing = [str(p) for p in options.paths if not p.exists()]
-    if missing:
-        raise BadInput(f"no such file or folder: {missing[0]}")
+    for path in options.paths:
+        if not path.exists():
+            raise BadInput(f"no such file or folder: {path}")
+        if not (path.is_file() or path.is_dir()) or (path.is_file() and not stat.S_ISREG(path.stat().st_mode)):
+            raise BadInput(f"{path} is {kind_of(path.stat().st_mode)}, not a file or folder of source")
     started = time.monotonic()
     report = new_report("lint", argv)
     findings, scanned, unreadable = [], 0, []

@@ -82,3 +82,21 @@ def test_a_file_that_is_not_python_is_counted_not_a_crash(tmp_path):
         "broken.py",
         "latin.py",
     ]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_a_device_given_as_a_path_is_named_and_exit_2(tmp_path, kind):
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "pipe.py")
+        path, said = "pipe.py", "is a FIFO"
+    else:
+        path, said = "/dev/zero", "is a character device"
+    result = run_cli(tmp_path, "lint", path, timeout=60)
+    assert result.code == 2 and said in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_fifo_inside_the_tree_is_counted_never_read(tmp_path):
+    (tmp_path / "src").mkdir()
+    os.mkfifo(tmp_path / "src" / "waits.py")  # opening it for reading would block forever
+    result = run_cli(tmp_path, "lint", "src", "--json", timeout=60)
+    assert result.code == 0 and result.report["results"][0]["measurements"]["unparsed"] == [str(Path("src/waits.py"))]
