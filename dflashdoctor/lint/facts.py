@@ -30,6 +30,7 @@ class CompileCall:
     backend: str | None  # the backend written as a constant; None: left to Inductor, the default
     dynamic: bool | None
     bound_to: list[str] = field(default_factory=list)  # names or dotted attributes it is assigned to
+    reachable: list[str] = field(default_factory=list)  # of those, what an import reaches (`name`, `Class.attr`)
 
 
 @dataclass
@@ -82,11 +83,12 @@ class _Collector(ast.NodeVisitor):
         self.compile_names: set[str] = set()  # `from torch import compile`
         self.functions: list[tuple[str, bool, bool]] = []  # (name, compiled, disabled), outermost first
         self.classes: list[str] = []
-        self.wrappers: dict[str, int] = {}  # target -> line where a compiled wrapper was bound
         self.mods: set[str] = set()  # functions passed as score_mod / mask_mod
         self.module_numbers: set[str] = set()  # module-level names assigned a number
         self.rebound_globals: set[str] = set()  # names some function declares `global` and assigns
-        self.reads: list[GlobalRead] = []
+        self.top_functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+        self.bindings: dict[int, tuple[list[str], list[str]]] = {}  # line -> (targets, reachable ones)
+        self.assignments: list[tuple[int, list[str], ast.expr]] = []
 
     # bindings ------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
@@ -130,15 +132,14 @@ class _Collector(ast.NodeVisitor):
     # scopes --------------------------------------------------------------------------------
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         kinds = [self._decorator_kind(d) for d in node.decorator_list]
-        compiled = any(k[0] for k in kinds)
-        disabled = any(k[1] for k in kinds)
-        globals_here = {name for stmt in ast.walk(node) if isinstance(stmt, ast.Global) for name in stmt.names}
-        self.rebound_globals |= globals_here
-        self.functions.append((node.name, compiled, disabled))
+        if not self.functions and not self.classes:
+            self.top_functions[node.name] = node
+        self.functions.append((node.name, any(k[0] for k in kinds), any(k[1] for k in kinds)))
         self.generic_visit(node)
         self.functions.pop()
-        if not self.functions and not self.classes:
-            self._reads_of(node)
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self.rebound_globals |= set(node.names)
 
     visit_FunctionDef = _function
     visit_AsyncFunctionDef = _function
@@ -148,13 +149,15 @@ class _Collector(ast.NodeVisitor):
         self.generic_visit(node)
         self.classes.pop()
 
-    def _reads_of(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    @staticmethod
+    def _reads_of(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[GlobalRead]:
         """Names a module-level function reads that it neither binds nor takes: globals."""
         local = {a.arg for a in (*node.args.args, *node.args.kwonlyargs, *node.args.posonlyargs)}
-        local |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        for n in ast.walk(node):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in local:
-                self.reads.append(GlobalRead(n.lineno, node.name, n.id))
+        names = [n for n in ast.walk(node) if isinstance(n, ast.Name)]
+        local |= {n.id for n in names if isinstance(n.ctx, ast.Store)}
+        return [
+            GlobalRead(n.lineno, node.name, n.id) for n in names if isinstance(n.ctx, ast.Load) and n.id not in local
+        ]
 
     # statements ----------------------------------------------------------------------------
     def _target_text(self, target: ast.expr) -> str | None:
@@ -182,13 +185,19 @@ class _Collector(ast.NodeVisitor):
                 number = isinstance(value, ast.Constant) and type(value.value) in (int, float)
                 if isinstance(target, ast.Name) and number:
                     self.module_numbers.add(target.id)
-        texts = [t for t in (self._target_text(target) for target in targets) if t]
+        texts, reachable = [], []
+        for target in targets:
+            text = self._target_text(target)
+            if text is None:
+                continue
+            texts.append(text)
+            own = isinstance(target, ast.Attribute) and (_dotted(target) or "").startswith("self.")
+            if not own and not (self.functions and isinstance(target, ast.Name)):
+                reachable.append(text)
         if isinstance(value, ast.Call) and self._is_compile(value.func):
-            return  # bound by visit_Call's CompileCall
-        placeholder = isinstance(value, ast.Constant) and value.value is None  # `_compiled = None`, filled later
-        for text in texts:
-            if text in self.wrappers and line > self.wrappers[text] and not placeholder:
-                self.facts.rebindings.append(Rebinding(line, text, ast.unparse(value), self._is_flex(value)))
+            self.bindings[line] = (texts, reachable)  # the CompileCall is made by visit_Call, next
+        elif texts:
+            self.assignments.append((line, texts, value))
 
     def visit_Call(self, node: ast.Call) -> None:
         if self._is_compile(node.func) and node.args:
@@ -228,66 +237,30 @@ class _Collector(ast.NodeVisitor):
         )
         self.facts.compiles.append(call)
 
-    def finish(self, tree: ast.Module) -> FileFacts:
-        # Bind each compile call to what its statement assigns it to.
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Call):
-                for call in self.facts.compiles:
-                    if call.line == node.value.lineno and self._is_compile(node.value.func):
-                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                        call.bound_to = [_dotted(t) or ast.unparse(t) for t in targets]
-        self.facts.global_reads = [
+    def finish(self) -> FileFacts:
+        wrappers: dict[str, int] = {}
+        for call in self.facts.compiles:
+            call.bound_to, call.reachable = self.bindings.get(call.line, ([], []))
+            if call.compiles_flex:
+                for text in call.bound_to:
+                    wrappers.setdefault(text, call.line)
+        for line, texts, value in self.assignments:
+            placeholder = isinstance(value, ast.Constant) and value.value is None  # `_compiled = None`, filled later
+            for text in texts:
+                if text in wrappers and line > wrappers[text] and not placeholder:
+                    self.facts.rebindings.append(Rebinding(line, text, ast.unparse(value), self._is_flex(value)))
+        reads = [
             read
-            for read in self.reads
-            if read.function in self.mods and read.name in self.module_numbers and read.name in self.rebound_globals
+            for name in sorted(self.mods & set(self.top_functions))
+            for read in self._reads_of(self.top_functions[name])
         ]
+        self.facts.global_reads = [r for r in reads if r.name in self.module_numbers and r.name in self.rebound_globals]
         return self.facts
 
 
 def file_facts(path: str, source: str) -> FileFacts:
-    """The facts of one file; SyntaxError and ValueError (a NUL byte) propagate to the caller."""
-    tree = ast.parse(source, filename=path)
+    """The facts of one file, in one pass over its tree; SyntaxError and ValueError (a NUL byte)
+    propagate to the caller."""
     collector = _Collector(path)
-    # Two passes: the first learns which targets hold compiled wrappers, the second finds them rebound.
-    first = _Collector(path)
-    first.visit(tree)
-    for call in first.finish(tree).compiles:
-        if call.compiles_flex:
-            for target in bound_targets(tree, call.line):
-                collector.wrappers[target] = call.line
-    collector.visit(tree)
-    return collector.finish(tree)
-
-
-def bound_targets(tree: ast.Module, line: int, *, reachable_only: bool = False) -> list[str]:
-    """The targets of the assignment on `line` as the second pass spells them (class attributes
-    qualified by their class). `reachable_only`: those an import can reach (`module:name`,
-    `module:Class.attr`), not a function's local or an instance's attribute."""
-    found: list[str] = []
-
-    def walk(node: ast.AST, classes: list[str], in_function: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                walk(child, [*classes, child.name], in_function)
-            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                walk(child, classes, True)
-            else:
-                if isinstance(child, ast.Assign | ast.AnnAssign) and child.lineno == line:
-                    targets = child.targets if isinstance(child, ast.Assign) else [child.target]
-                    for target in targets:
-                        dotted = _dotted(target)
-                        if dotted is None:
-                            continue
-                        if classes and not in_function and isinstance(target, ast.Name):
-                            dotted = f"{classes[-1]}.{dotted}"
-                        elif dotted.startswith("self.") and classes:
-                            if reachable_only:
-                                continue
-                            dotted = f"{classes[-1]}.{dotted[5:]}"
-                        elif reachable_only and in_function:
-                            continue
-                        found.append(dotted)
-                walk(child, classes, in_function)
-
-    walk(tree, [], False)
-    return found
+    collector.visit(ast.parse(source, filename=path))
+    return collector.finish()

@@ -5,11 +5,10 @@ Shell scripts are only searched for their launch lines (torchrun, accelerate lau
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass, field
 
-from dflashdoctor.lint.facts import bound_targets, file_facts
+from dflashdoctor.lint.facts import file_facts
 
 _LAUNCHER = re.compile(
     r"^\s*(?:[A-Z_]+=\S+\s+)*"  # VAR=value prefixes
@@ -64,12 +63,10 @@ def python_setup(facts: SetupFacts, relative: str, data: bytes) -> None:
         facts.distributed.add(relative)
     if not _COMPILES_FLEX.search(data):
         return
-    source = data.decode("utf-8")
-    tree = ast.parse(source, filename=relative)
-    for call in file_facts(relative, source).compiles:
+    for call in file_facts(relative, data.decode("utf-8")).compiles:
         if not call.compiles_flex:
             continue
-        for bound in bound_targets(tree, call.line, reachable_only=True):
+        for bound in call.reachable:
             target = f"{relative}:{bound}"
             facts.wrappers.append(Place(relative, call.line, target))
             facts.wrapper_backends[target] = call.backend
