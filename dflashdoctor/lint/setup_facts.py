@@ -1,7 +1,8 @@
-"""What `init` needs to know about a repository, read with `ast` like lint's facts: the compiled
-flex_attention wrappers and what they are bound to, transformers models asked for flex attention,
-thread pools, and the programs that train (their entry point, whether they start a process group).
-Shell scripts are only searched for their launch lines (torchrun, accelerate launch, srun)."""
+"""What `init` needs to know about a repository, without importing it: the compiled flex_attention
+wrappers and what they are bound to (lint's `ast` facts), and, found by pattern, transformers models
+asked for flex attention, thread pools, and the programs that train (their entry point, whether
+they start a process group). Shell scripts are searched for their launch lines (torchrun,
+accelerate launch, srun, deepspeed)."""
 
 from __future__ import annotations
 
