@@ -88,6 +88,11 @@ CODES: dict[str, tuple[Severity, str]] = {
         "nodes differ in what matters (versions, driver, GPUs, cache filesystem, hazards, recompile limit), "
         "or a check fails on some nodes only; names the odd node out",
     ),
+    "node-slow-steps": (
+        "warning",
+        "under the gate's `run`, one node's median optimizer step is far slower than the others' "
+        "(in data-parallel training the slowest node sets every node's pace)",
+    ),
     "node-missing": ("error", "a node's part of a run on several nodes never came, or never finished"),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
     "lint-raw-flex-call": ("error", "lint: flex_attention called outside any compiled region (its dense kernel)"),
@@ -100,6 +105,11 @@ CODES: dict[str, tuple[Severity, str]] = {
         "lint: a compiled flex_attention wrapper rebound to something else after it is made",
     ),
     "lint-mod-reads-global": ("warning", "lint: a score_mod/mask_mod reads a module-level number that is rebound"),
+    "lint-wrapper-static-varying": (
+        "warning",
+        "lint: a flex_attention wrapper compiled with dynamic=False is called with lengths that vary",
+    ),
+    "lint-threaded-model-call": ("warning", "lint: a model, training step or Triton kernel run from a thread pool"),
     "run-timeout": ("error", "the gate's run was still going at run_timeout: stopped, every thread's stack kept"),
     "child-failed": ("error", "the command under `run` exited non-zero or died by a signal"),
     "run-interrupted": ("error", "dflashdoctor got Ctrl-C or SIGTERM and stopped the run before it ended (exit 3)"),

@@ -1,6 +1,6 @@
 """`gate`: env, check-compile, trace-attention, the race checks and cache check as one report, judged
 against the configured budgets, and with `run` configured the team's own training command under
-`run` (gate/run_smoke.py). Each probe's result is a section (a JUnit testsuite, SARIF results).
+`run` (gate/run_smoke.py; on another node, there). Each probe's result is a section (a JUnit testsuite, SARIF results).
 
 Each probe runs as its own command would (`registry.PROBES`), judged by its own judge with the
 team's budgets; the gate only puts the sections together. The probes run at once by default (each
@@ -28,12 +28,12 @@ from dflashdoctor.gate.config import GateConfig, load_config
 from dflashdoctor.gate.hostfile import Node
 from dflashdoctor.gate.merge import drop_repeated_findings
 from dflashdoctor.gate.nodes import gate_nodes, nodes_report
-from dflashdoctor.gate.run_smoke import run_command, run_section
+from dflashdoctor.gate.run_smoke import remote_run_section, run_command, run_section, single_node_form
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.runner import RUNNING, probe_env, resolve_python
 from dflashdoctor.runs.launch import resolve_command
-from dflashdoctor.session import finish, new_report
+from dflashdoctor.session import finish, new_report, probe_python
 
 
 @dataclass
@@ -109,8 +109,21 @@ def _gate_one(
     if host is not None:
         report.environment["probe_host"] = host
     if config.run is not None:  # after the probes: see gate/run_smoke.py
-        command = run_command(config.run)
-        reports.append(run_section(command, config.run_steps, config.run_timeout, config.budgets(), argv))
+        command = single_node_form(run_command(config.run))  # each node runs the smoke on its own
+        if ssh is None:
+            reports.append(run_section(command, config.run_steps, config.run_timeout, config.budgets(), argv))
+        else:
+            reports.append(
+                remote_run_section(
+                    command,
+                    config.run_steps,
+                    config.run_timeout,
+                    config.budgets(),
+                    argv,
+                    ssh,
+                    probe_python(python, ssh),
+                )
+            )
     for sub in reports:
         report.results.extend(sub.results)
         report.observations.update(sub.observations)
@@ -131,10 +144,10 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
     if options.script is not None:
         config.script = options.script
     config.validate()  # the overrides too, whichever probes run, before any starts
-    if config.run is not None and (options.ssh or options.nodes):
-        raise BadInput("run in the gate runs the command on this machine only; gate each node on the node itself")
     if config.run is not None:
-        resolve_command(run_command(config.run))  # a missing program is said now, not after the probes
+        command = run_command(config.run)
+        if not (options.ssh or options.nodes):
+            resolve_command(command)  # a missing program is said now, not after the probes
     if config.script is not None and not os.path.isfile(config.script):
         raise BadInput(f"script {config.script!r}: no such file (a Python file that runs one training step)")
     environment = {"target": config.target, "gate_config": source}

@@ -12,19 +12,51 @@ It runs after the probes, not beside them. Beside them the gate would end sooner
 for the same CPUs and GPU, and those figures are judged (check-compile's compile seconds against
 `max_compile_seconds`). Its events go to a private temporary folder, removed after judging; what
 the report needs is in the report.
+
+Each node runs the smoke on its own, in the single-node form of the command (torchrun's options
+that join nodes dropped, `--standalone` added): gating one node must not wait for the others. On
+several nodes each runs it in the same folder as here (a cluster's shared filesystem):
+probes/run_smoke.py there, judged there with these budgets, the report sent back. judges/nodes.py
+then names a node whose run failed, ran a site dense, or stepped far slower than the others.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.commands.run import RunOptions, run
 from dflashdoctor.errors import BadInput
+from dflashdoctor.remote import SshTarget
 from dflashdoctor.report import Report
+from dflashdoctor.runner import run_probe
+from dflashdoctor.session import crash_result, new_report, probe_error_result, probe_payload
+
+_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+# torchrun's options that join this node to others, each followed by its value
+_JOINING = {
+    f"--{stem}{sep}{tail}"
+    for stem, tail in (
+        ("nnodes", ""),
+        ("node", "rank"),
+        ("rdzv", "endpoint"),
+        ("rdzv", "backend"),
+        ("rdzv", "id"),
+        ("rdzv", "conf"),
+        ("master", "addr"),
+        ("master", "port"),
+        ("local", "addr"),
+    )
+    for sep in (("-", "_") if tail else ("",))
+}
+# torchrun's options that take no value; every other option before the script takes one
+_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"}
+_START_S = 120.0  # beyond run_timeout on another node: ssh, unpacking the package, starting Python
 
 
 def run_command(spec: str | list[str]) -> list[str]:
@@ -58,3 +90,67 @@ def run_section(command: list[str], steps: int, timeout_s: float, budgets: Budge
         return run(options, argv, budgets)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _launcher_end(words: list[str]) -> int | None:
+    """Where torchrun's own options start (after `torchrun`, or `python -m torch.distributed.run`);
+    None for a command that is not torchrun."""
+    if Path(words[0]).name == "torchrun":
+        return 1
+    for i, word in enumerate(words[:-1]):
+        if word == "-m" and words[i + 1] in _LAUNCHERS:
+            return i + 2
+    return None
+
+
+def single_node_form(words: list[str]) -> list[str]:
+    """The command as one node runs it alone: torchrun's options that join nodes (`--nnodes 2`,
+    `--node-rank`, `--rdzv-*`, `--master-*`) dropped up to the script, and `--standalone` added
+    where it is missing. Other commands are taken as they are: they are the user's single-node form."""
+    start = _launcher_end(words)
+    if start is None:
+        return list(words)
+    kept, i = list(words[:start]), start
+    while i < len(words) and words[i].startswith("-") and words[i] != "--":  # `--`: the script follows
+        name = words[i].split("=", 1)[0]
+        takes_value = name not in _FLAGS and "=" not in words[i]
+        if name not in _JOINING:
+            kept.extend(words[i : i + 1 + takes_value])
+        i += 1 + takes_value
+    if "--standalone" not in kept[start:]:
+        kept.insert(start, "--standalone")
+    return [*kept, *words[i:]]
+
+
+def remote_run_section(
+    command: list[str], steps: int, timeout_s: float, budgets: Budgets, argv: list[str], ssh: str, python: str
+) -> Report:
+    """The smoke on another node (probes/run_smoke.py), in this folder there; judged there with these
+    budgets by this same package, which travels with the probe. A node where it cannot start is the
+    node's finding, as for any probe."""
+    config = {
+        "command": command,
+        "steps": steps,
+        "timeout_s": timeout_s,
+        "budgets": asdict(budgets),
+        "cwd": os.getcwd(),
+        "argv": argv,
+    }
+    probe = run_probe(
+        "run", "run_smoke.py", config, python=python, timeout_s=timeout_s + _START_S, ssh=SshTarget.parse(ssh)
+    )
+    payload = probe_payload(probe, python)
+    report = new_report("gate", argv)
+    if payload is None:
+        report.results.append(crash_result(probe))
+        return report
+    try:
+        judged = Report.from_dict(payload["report"])
+    except (KeyError, TypeError, ValueError) as exc:
+        payload = {"probe_error": f"unreadable run report: {exc}", **payload}
+    if "probe_error" in payload:
+        report.results.append(probe_error_result(probe, payload))
+        return report
+    report.results = judged.results
+    report.observations["run"] = payload.get("observations", {})
+    return report

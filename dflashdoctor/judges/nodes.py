@@ -9,6 +9,9 @@ majority; where there is no majority, every value is named.
 
 from __future__ import annotations
 
+import math
+import re
+import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,8 +92,15 @@ def node_facts(report: Report) -> dict[str, str]:
     return facts
 
 
+_PROCESS_ID = re.compile(r"^(?:(rank \d+) \(pid \d+\)|(launcher|process) \d+)$")
+
+
 def _check_key(probe: str, check: str) -> str:
-    """A check's name across nodes: a cache root's check is named with its path, which differs."""
+    """A check's name across nodes: a cache root's check is named with its path, and a process's
+    section (under `run`) with its pid, which differ."""
+    process = _PROCESS_ID.match(probe)
+    if process is not None:
+        probe = process[1] or process[2]
     return f"{probe}: {check.split()[0] if probe == 'cache' else check}"
 
 
@@ -100,6 +110,43 @@ def node_checks(report: Report) -> dict[str, str]:
         for check in result.checks:
             statuses.setdefault(_check_key(result.probe, check.name), check.status)
     return statuses
+
+
+SLOW_RATIO = 1.5  # a node whose median step takes this many times the others' median is named
+
+
+@dataclass
+class NodeRun:
+    """What the gate's `run` section saw on one node, as the nodes are compared."""
+
+    status: str  # the worst of the run's sections (its overview and each process): pass, fail, error
+    steps: int  # optimizer steps, summed over the processes
+    step_seconds: float | None  # median over the processes' median step times
+    dense_sites: list[str]  # `file:line` of each flex_attention site that ran its dense kernel
+
+
+def node_run(report: Report) -> NodeRun | None:
+    """The run's facts from a node's sections; None where the gate ran no `run`. Process sections are
+    told by what run's judge measures in each (a pid and a median step time)."""
+    overview = next((r for r in report.results if r.probe == "run"), None)
+    if overview is None:
+        return None
+    processes = [r for r in report.results if "pid" in r.measurements and "step_seconds_median" in r.measurements]
+    medians = [r.measurements["step_seconds_median"] for r in processes]
+    medians = [m for m in medians if type(m) in (int, float) and math.isfinite(m) and m > 0]
+    dense = [
+        f"{site.get('file')}:{site.get('line')}"
+        for r in processes
+        for site in r.measurements.get("call_sites") or []
+        if isinstance(site, dict) and (site.get("dense_forward") or site.get("dense_backward"))
+    ]
+    statuses = {overview.status, *(r.status for r in processes)}
+    return NodeRun(
+        status=next((s for s in ("error", "fail") if s in statuses), "pass"),
+        steps=sum(r.measurements["steps"] for r in processes if type(r.measurements.get("steps")) is int),
+        step_seconds=statistics.median(medians) if medians else None,
+        dense_sites=list(dict.fromkeys(dense)),
+    )
 
 
 def _odd_ones(values: dict[str, str]) -> tuple[str | None, dict[str, str]]:
@@ -150,6 +197,8 @@ class NodesJudge(Judge):
         checks = {o.name: node_checks(o.report) for o in self.reached if o.report is not None}
         self._facts(facts)
         self._checks_across(checks)
+        runs = {o.name: node_run(o.report) for o in self.reached if o.report is not None}
+        self._runs({node: run for node, run in runs.items() if run is not None})
         self.subject = f"{len(self.outcomes)} nodes"
         self.measurements.update(
             nodes=[o.name for o in self.outcomes], unreachable=[o.name for o in self.outcomes if o.report is None]
@@ -217,6 +266,82 @@ class NodesJudge(Judge):
                 differing.append(key)
         summary = f"{len(differing)} of {len(keys)} checks differ" if differing else f"{len(keys)} checks alike"
         self._check("checks", "fail" if differing else "pass", summary, "node-mismatch")
+
+    def _runs(self, runs: dict[str, NodeRun]) -> None:
+        """The smoke of the team's command on each node, side by side: a site dense on some nodes only
+        (another stack or cache there) and a node far slower than the others are named; a run that
+        failed on some nodes only is already a differing check."""
+        if not runs:
+            return
+        self.tables.append(
+            Table(
+                title="run across nodes",
+                columns=["node", "run", "optimizer steps", "median step (s)", "sites run dense"],
+                rows=[
+                    [
+                        node,
+                        _MARKS.get(run.status, run.status.upper()),
+                        str(run.steps),
+                        f"{run.step_seconds:.4g}" if run.step_seconds is not None else "-",
+                        ", ".join(run.dense_sites) or "none",
+                    ]
+                    for node, run in runs.items()
+                ],
+            )
+        )
+        before = len(self.findings)
+        named = self._dense_on_some(runs) + self._slow(runs)
+        severities = {f.severity for f in self.findings[before:]}
+        status = "fail" if "error" in severities else "warn" if severities else "pass"
+        timed = sum(1 for run in runs.values() if run.step_seconds is not None)
+        summary = "; ".join(named) if named else f"{len(runs)} nodes ran it alike ({timed} timed)"
+        self._check("run", status, summary, "node-mismatch", "node-slow-steps")
+
+    def _dense_on_some(self, runs: dict[str, NodeRun]) -> list[str]:
+        sites = list(dict.fromkeys(site for run in runs.values() for site in run.dense_sites))
+        named = []
+        for site in sites:
+            dense = [node for node, run in runs.items() if site in run.dense_sites]
+            if len(dense) == len(runs):
+                continue  # dense everywhere: each node's own section says so
+            fused = [node for node in runs if node not in dense]
+            self.findings.append(
+                finding(
+                    "node-mismatch",
+                    f"flex_attention at {site} ran its dense kernel on {', '.join(dense)} only",
+                    detail=f"The same command ran it fused on {', '.join(fused)}. Something differs on "
+                    f"{', '.join(dense)}: its torch, its compile caches or a variable set there.",
+                    evidence={"site": site, "dense_on": dense, "fused_on": fused},
+                    fix=_FIX_STACK,
+                )
+            )
+            named.append(f"{site} dense on {', '.join(dense)} only")
+        return named
+
+    def _slow(self, runs: dict[str, NodeRun]) -> list[str]:
+        timed = {node: run.step_seconds for node, run in runs.items() if run.step_seconds is not None}
+        named = []
+        for node, seconds in timed.items():
+            others = [s for other, s in timed.items() if other != node]
+            if not others or seconds <= SLOW_RATIO * statistics.median(others):
+                continue
+            typical = statistics.median(others)
+            ratio = seconds / typical
+            self.findings.append(
+                finding(
+                    "node-slow-steps",
+                    f"{node} takes {ratio:.1f}x the others' time per optimizer step: {seconds:.4g} s "
+                    f"against {typical:.4g} s",
+                    detail=f"Median seconds per optimizer step under `run`, {len(others)} other nodes' median beside "
+                    "it. In data-parallel training every step waits for the slowest node, so the whole run "
+                    "would go at this node's pace.",
+                    evidence={"node": node, "step_seconds": seconds, "others_step_seconds": typical, "ratio": ratio},
+                    fix=f"Look at what differs on {node}: its GPUs' clocks and temperature (nvidia-smi -q), other "
+                    "jobs on it, its caches (a cold or network cache compiles every step), its CPU binding.",
+                )
+            )
+            named.append(f"{node} {ratio:.1f}x slower")
+        return named
 
 
 def judge(outcomes: list[NodeOutcome]) -> ProbeResult:

@@ -295,12 +295,15 @@ def _median_step_seconds(steps: list[dict[str, Any]]) -> float | None:
 def _worth_a_section(log: ProcessLog) -> bool:
     """A rank, or a process that trained, ran attention, broke a compiled graph, raised or ran out of
     memory; helpers that only imported torch (Inductor's compile workers) are listed in the run's
-    measurements instead."""
+    measurements instead. A helper inherits RANK from its rank (Inductor's `python -c` that loads each
+    compiled CPU kernel, ten in one small run), so a rank that never imported torch and exited as
+    usual is a helper too."""
     obs = (log.snapshot or {}).get("observations", {})
     script = obs.get("traced_script") or {}
     busy = log.steps or log.dense or script.get("sites") or script.get("flex_sites") or obs.get("autotuner_overlaps")
     busy = busy or obs.get("graph_breaks")
-    return log.rank is not None or bool(busy or log.exceptions or log.ooms or log.agent_errors)
+    helper = log.instrumented is None and (log.exit or {}).get("ending") == "exit"
+    return (log.rank is not None and not helper) or bool(busy or log.exceptions or log.ooms or log.agent_errors)
 
 
 def _signal_name(returncode: int) -> str:

@@ -1,27 +1,36 @@
 """The judge of a gate across nodes, in this process, on node reports from real runs: the three
 loopback nodes of tests/integration/test_nodes.py (cpu/gate-nodes.merged-report.json, split back into each
-node's own report) and an H200's gate (reports/examples/h200-gate-warm), as a fourth node."""
+node's own report), the three of tests/integration/test_nodes_run.py that ran the team's trainer
+(cpu/gate-nodes-run.merged-report.json) and an H200's gate (reports/examples/h200-gate-warm), as a
+fourth node."""
 
 from __future__ import annotations
 
 import copy
 import json
+import math
+from pathlib import Path
 
-from dflashdoctor.judges.nodes import NodeOutcome, judge, node_checks, node_facts
+import pytest
+
+from dflashdoctor.judges.nodes import NodeOutcome, judge, node_checks, node_facts, node_run
 from dflashdoctor.report import Report
 from tests.paths import ROOT
 from tests.unit.recorded import ASSETS
 
 CASES = {
     "node-unreachable": "cpu/gate-nodes.merged-report.json (node-d)",
-    "node-mismatch": "cpu/gate-nodes.merged-report.json (node-b's environment, node-c's cache), the H200 as a node",
+    "node-mismatch": "cpu/gate-nodes.merged-report.json (node-b's environment, node-c's cache), the H200 as a node; "
+    "cpu/gate-nodes-run.merged-report.json (a site dense on node-b only)",
+    "node-slow-steps": "cpu/gate-nodes-run.merged-report.json (node-c's steps)",
 }
 RECORDED = ASSETS / "cpu" / "gate-nodes.merged-report.json"
+RECORDED_RUN = ASSETS / "cpu" / "gate-nodes-run.merged-report.json"
 
 
-def _nodes() -> dict[str, Report]:
+def _nodes(recorded: Path = RECORDED) -> dict[str, Report]:
     """The recorded merged report, split into the report each node's own gate made."""
-    merged = Report.from_json(RECORDED.read_text(encoding="utf-8"))
+    merged = Report.from_json(recorded.read_text(encoding="utf-8"))
     nodes: dict[str, Report] = {}
     for result in merged.results[1:]:
         name, _, probe = result.probe.partition(": ")
@@ -107,3 +116,76 @@ def test_alike_nodes_pass():
     result = judge([NodeOutcome("a", report=nodes["node-a"]), NodeOutcome("a2", report=nodes["node-a"])])
     assert result.status == "pass" and not result.findings
     assert {c.name: c.status for c in result.checks} == {"a": "pass", "a2": "pass", "facts": "pass", "checks": "pass"}
+
+
+def _run_outcomes() -> list[NodeOutcome]:
+    return [NodeOutcome(name, report=report, duration_s=20.0) for name, report in _nodes(RECORDED_RUN).items()]
+
+
+def _with_step_seconds(report: Report, seconds: object) -> Report:
+    """The node's report with its trainer's median step time replaced: what another node measured."""
+    changed = copy.deepcopy(report)
+    for result in changed.results:
+        if "step_seconds_median" in result.measurements and "pid" in result.measurements:
+            result.measurements["step_seconds_median"] = seconds
+    return changed
+
+
+def test_the_run_recording_is_judged_again_as_its_run_judged_it():
+    recorded = json.loads(RECORDED_RUN.read_text(encoding="utf-8"))["results"][0]
+    again = judge(_run_outcomes())
+    assert [(c.name, c.status) for c in again.checks] == [(c["name"], c["status"]) for c in recorded["checks"]]
+    compared = {"facts", "checks", "run"}  # a node's own line holds its wall time, not recorded apart
+    assert [c.summary for c in again.checks if c.name in compared] == [
+        c["summary"] for c in recorded["checks"] if c["name"] in compared
+    ]
+    assert [f.title for f in again.findings] == [f["title"] for f in recorded["findings"]]
+
+
+def test_each_nodes_run_is_read_from_its_sections_and_processes_match_by_rank_not_pid():
+    nodes = _nodes(RECORDED_RUN)
+    runs = {name: node_run(report) for name, report in nodes.items()}
+    assert [runs[n].status for n in ("node-a", "node-b", "node-c")] == ["pass", "fail", "pass"]
+    assert all(run.steps == 4 for run in runs.values())
+    assert runs["node-b"].dense_sites and not runs["node-a"].dense_sites and not runs["node-c"].dense_sites
+    assert runs["node-c"].step_seconds > 0.6  # its planted pause per step
+    keys = [set(node_checks(report)) for report in nodes.values()]
+    assert keys[0] == keys[1] == keys[2] and "rank 0: flex calls" in keys[0]  # each node's pid differs
+    assert node_run(_nodes()["node-a"]) is None  # a gate without `run`
+
+
+def test_the_dense_site_and_the_slow_node_are_named():
+    result = judge(_run_outcomes())
+    (dense,) = [f for f in result.findings if f.code == "node-mismatch" and "site" in f.evidence]
+    assert dense.evidence["dense_on"] == ["node-b"] and dense.evidence["fused_on"] == ["node-a", "node-c"]
+    assert dense.title.endswith("node_trainer.py:19 ran its dense kernel on node-b only")
+    (slow,) = [f for f in result.findings if f.code == "node-slow-steps"]
+    assert slow.severity == "warning" and slow.evidence["node"] == "node-c"
+    assert slow.title.startswith("node-c takes ") and "x the others' time per optimizer step" in slow.title
+    (table,) = [t for t in result.tables if t.title == "run across nodes"]
+    assert [row[1] for row in table.rows] == ["PASS", "FAIL", "PASS"]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "named"),
+    [(0.03, False), (0.0449, False), (0.0451, True), (5.0, True)],
+)
+def test_two_nodes_name_the_slower_only_past_one_and_a_half_times(seconds, named):
+    nodes = _nodes(RECORDED_RUN)
+    a = _with_step_seconds(nodes["node-a"], 0.03)
+    outcomes = [NodeOutcome("a", report=a), NodeOutcome("b", report=_with_step_seconds(nodes["node-a"], seconds))]
+    result = judge(outcomes)
+    slow = [f.evidence["node"] for f in result.findings if f.code == "node-slow-steps"]
+    assert slow == (["b"] if named else [])
+    assert {c.name: c.status for c in result.checks}["run"] == ("warn" if named else "pass")
+
+
+@pytest.mark.parametrize("seconds", [None, math.nan, math.inf, -1.0, 0, "0.7", True])
+def test_a_step_time_that_is_no_time_is_left_out_never_named(seconds):
+    nodes = _nodes(RECORDED_RUN)
+    odd = _with_step_seconds(nodes["node-a"], seconds)
+    result = judge([NodeOutcome("a", report=nodes["node-a"]), NodeOutcome("odd", report=odd)])
+    assert not [f for f in result.findings if f.code == "node-slow-steps"]
+    (table,) = [t for t in result.tables if t.title == "run across nodes"]
+    assert table.rows[1][3] == "-"
+    assert "(1 timed)" in {c.name: c.summary for c in result.checks}["run"]
