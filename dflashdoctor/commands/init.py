@@ -14,13 +14,10 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dflashdoctor.commands.lint import python_files
 from dflashdoctor.errors import BadInput
 from dflashdoctor.lint.setup_facts import Place, SetupFacts, python_setup, shell_setup
-from dflashdoctor.placed_files import MIB, read_placed
-
-_SOURCE_BYTES = 4 * MIB
-_SKIPPED_SHELL = {".git", ".venv", "venv", "node_modules", "build", "dist"}
+from dflashdoctor.lint.sources import SOURCE_BYTES, read_source, tree_files
+from dflashdoctor.placed_files import read_placed
 
 
 @dataclass
@@ -47,23 +44,18 @@ def _ranked(places: list[Place]) -> list[Place]:
 
 
 def scan(root: Path) -> SetupFacts:
+    """Python files and shell scripts in one walk, each read once; what cannot be read or parsed
+    says nothing (lint lists such files)."""
     facts = SetupFacts()
-    for path in python_files([root]):
-        relative = os.path.relpath(path, root)
+    for path, relative, python in tree_files(os.fspath(root)):
         try:
-            python_setup(facts, relative, read_placed(path, _SOURCE_BYTES, follow=True))
+            data = read_source(path)
+            if python:
+                python_setup(facts, relative, data)
+            else:
+                shell_setup(facts, relative, data.decode("utf-8", errors="replace"))
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
-            continue  # what cannot be read says nothing; lint lists such files
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = sorted(d for d in subfolders if d not in _SKIPPED_SHELL)
-        for name in sorted(files):
-            if name.endswith((".sh", ".slurm", ".sbatch")):
-                path = Path(folder) / name
-                try:
-                    text = read_placed(path, _SOURCE_BYTES, follow=True).decode("utf-8", errors="replace")
-                except OSError:
-                    continue
-                shell_setup(facts, os.path.relpath(path, root), text)
+            continue
     return facts
 
 
@@ -115,7 +107,7 @@ def _write(pyproject: Path, text: str) -> None:
         raise BadInput(f"{pyproject} is not a regular file: not written")
     if pyproject.exists():
         try:
-            existing = tomllib.loads(read_placed(pyproject, _SOURCE_BYTES).decode("utf-8"))
+            existing = tomllib.loads(read_placed(pyproject, SOURCE_BYTES).decode("utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise BadInput(f"{pyproject} cannot be read as TOML ({exc}): not written") from None
         if "dflashdoctor" in existing.get("tool", {}):

@@ -12,16 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflashdoctor.errors import BadInput
-from dflashdoctor.lint.facts import file_facts
+from dflashdoctor.lint import sources
+from dflashdoctor.lint.facts import file_facts, thread_facts
 from dflashdoctor.lint.rules import judge_file
-from dflashdoctor.placed_files import MIB, kind_of, read_placed
+from dflashdoctor.placed_files import kind_of
 from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.session import finish, new_report
 
-# Folders no team's own code lives in: version control, caches, environments, build output.
-_SKIPPED = {".git", ".hg", "__pycache__", ".venv", "venv", ".tox", "node_modules", "build", "dist", ".mypy_cache"}
-_SOURCE_BYTES = 4 * MIB  # a larger .py is generated data, not code anyone writes
 _NEEDLE = b"flex_attention"
+# lint-threaded-model-call needs a thread made (`Thread(`, a `ThreadPoolExecutor` or `ThreadPool`) and
+# a word of a step: `.backward()`, an optimizer's `.step()`, a `...model`/`...Model` call, a triton
+# launch, a wrapper made by torch.compile. A file without both cannot fire it and is not parsed for it.
+_THREADS = (b"Thread(", b"ThreadPool")
+_STEP_WORDS = (b"backward", b"step", b"odel", b"triton", b"compile")
 
 
 @dataclass
@@ -36,9 +39,7 @@ def python_files(paths: list[Path]) -> Iterator[Path]:
         if path.is_file():
             yield path
             continue
-        for folder, subfolders, files in os.walk(path):
-            subfolders[:] = sorted(d for d in subfolders if d not in _SKIPPED and not d.endswith(".egg-info"))
-            yield from (Path(folder) / name for name in sorted(files) if name.endswith(".py"))
+        yield from map(Path, sources.python_files(os.fspath(path)))
 
 
 def lint(options: LintOptions, argv: list[str]) -> Report:
@@ -52,15 +53,19 @@ def lint(options: LintOptions, argv: list[str]) -> Report:
     findings, scanned, unreadable = [], 0, []
     for path in python_files(options.paths):
         try:
-            data = read_placed(path, _SOURCE_BYTES, follow=True)
+            data = sources.read_source(os.fspath(path))
         except OSError:
             unreadable.append(str(path))
             continue
         scanned += 1
-        if _NEEDLE not in data:  # every rule is about flex_attention: a file that never names it is clean
+        if _NEEDLE in data:
+            read = file_facts
+        elif any(word in data for word in _THREADS) and any(word in data for word in _STEP_WORDS):
+            read = thread_facts
+        else:  # no rule can fire on it: read, not parsed
             continue
         try:
-            facts = file_facts(str(path), data.decode("utf-8"))
+            facts = read(str(path), data.decode("utf-8"))
         except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
             unreadable.append(str(path))
             continue

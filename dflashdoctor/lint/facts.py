@@ -9,7 +9,14 @@ Facts, not verdicts (lint/rules.py judges them):
   compiled (`@torch.compile`) or excluded from compiling (`@torch.compiler.disable`);
 - later assignments to a name or attribute that held a compiled wrapper (a rebinding);
 - the functions passed as `score_mod`/`mask_mod` (or to `create_block_mask`) and the module-level
-  numbers they read that some function rebinds with `global`.
+  numbers they read that some function rebinds with `global`;
+- the wrappers compiled with `dynamic=False` (`torch.compile(flex_attention, dynamic=False)`, of a
+  `functools.partial` of it, `torch.compile(dynamic=False)(flex_attention)`, a function decorated
+  `@torch.compile(dynamic=False)` that calls it) and the calls of each whose length varies
+  (lint/varying.py);
+- the threads started on a function of the file that runs a model or kernel step (lint/threads.py).
+Both last analyses walk the tree again, so they run only in a file where the first pass saw a static
+wrapper or a thread being made.
 """
 
 from __future__ import annotations
@@ -17,9 +24,13 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from dflashdoctor.lint.threads import ThreadedCall, threaded_calls
+from dflashdoctor.lint.varying import VaryingCall, varying_calls
+
 _FLEX_MODULE = "torch.nn.attention.flex_attention"
 _DISABLE = {"torch.compiler.disable", "torch._dynamo.disable"}
 _MOD_KEYWORDS = {"score_mod", "mask_mod"}
+_THREAD_WORDS = {"Thread", "ThreadPoolExecutor", "ThreadPool"}
 
 
 @dataclass
@@ -57,12 +68,35 @@ class GlobalRead:
 
 
 @dataclass
+class StaticWrapper:
+    """A flex_attention wrapper compiled with dynamic=False, and how calls spell it."""
+
+    line: int  # the torch.compile call, or the decorator
+    name: str  # as the finding names it
+    called_as: list[str]  # `name`, `Class.attr` (self.attr inside the class)
+
+
+@dataclass
+class StaticVarying:
+    """A static wrapper called with a length that varies: the first such call, and how many."""
+
+    line: int  # the wrapper's compile, where the fix goes
+    wrapper: str
+    call_line: int
+    called: str  # the wrapper, or the function of the file that passes its arguments on to it
+    loop_line: int
+    calls: int
+
+
+@dataclass
 class FileFacts:
     path: str
     compiles: list[CompileCall] = field(default_factory=list)
     raw_calls: list[RawCall] = field(default_factory=list)
     rebindings: list[Rebinding] = field(default_factory=list)
     global_reads: list[GlobalRead] = field(default_factory=list)
+    static_varying: list[StaticVarying] = field(default_factory=list)
+    threaded: list[ThreadedCall] = field(default_factory=list)
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -82,6 +116,7 @@ class _Collector(ast.NodeVisitor):
         self.torch_names: set[str] = set()
         self.compile_names: set[str] = set()  # `from torch import compile`
         self.functions: list[tuple[str, bool, bool]] = []  # (name, compiled, disabled), outermost first
+        self.static_functions: list[tuple[int, str] | None] = []  # per function: (line, called as) if static
         self.classes: list[str] = []
         self.mods: set[str] = set()  # functions passed as score_mod / mask_mod
         self.module_numbers: set[str] = set()  # module-level names assigned a number
@@ -89,6 +124,9 @@ class _Collector(ast.NodeVisitor):
         self.top_functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         self.bindings: dict[int, tuple[list[str], list[str]]] = {}  # line -> (targets, reachable ones)
         self.assignments: list[tuple[int, list[str], ast.expr]] = []
+        self.call_targets: dict[int, list[str]] = {}  # id of a call assigned somewhere -> the targets' texts
+        self.static: dict[int, StaticWrapper] = {}  # the compile's (or decorator's) line -> wrapper
+        self.makes_threads = False
 
     # bindings ------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
@@ -122,10 +160,31 @@ class _Collector(ast.NodeVisitor):
         dotted = _dotted(node)
         return dotted in self.compile_names or any(dotted == f"{t}.compile" for t in self.torch_names)
 
+    def _is_partial(self, node: ast.expr) -> bool:
+        return isinstance(node, ast.Call) and (_dotted(node.func) or "").split(".")[-1] == "partial" and bool(node.args)
+
+    def _compiler(self, node: ast.expr) -> tuple[bool, bool | None]:
+        """Whether an expression makes compiled callables when called or used as a decorator, and
+        its `dynamic` written as a constant: `torch.compile`, `torch.compile(dynamic=False)`,
+        `functools.partial(torch.compile, dynamic=False)`."""
+        if self._is_compile(node):
+            return True, None
+        if not isinstance(node, ast.Call):
+            return False, None
+        if self._is_compile(node.func) and not node.args:
+            return True, _constant_bool(node, "dynamic")
+        if self._is_partial(node) and self._is_compile(node.args[0]):
+            return True, _constant_bool(node, "dynamic")
+        return False, None
+
+    def _wraps_flex(self, node: ast.expr) -> bool:
+        """flex_attention itself, or a `functools.partial` of it."""
+        return self._is_flex(node) or (self._is_partial(node) and self._is_flex(node.args[0]))
+
     def _decorator_kind(self, decorator: ast.expr) -> tuple[bool, bool]:
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
         dotted = _dotted(target) or ""
-        compiled = self._is_compile(target)
+        compiled = self._is_compile(target) or self._compiler(decorator)[0]
         disabled = any(dotted == name.replace("torch", t, 1) for t in self.torch_names for name in _DISABLE)
         return compiled, disabled
 
@@ -134,9 +193,13 @@ class _Collector(ast.NodeVisitor):
         kinds = [self._decorator_kind(d) for d in node.decorator_list]
         if not self.functions and not self.classes:
             self.top_functions[node.name] = node
+        called_as = f"{self.classes[-1]}.{node.name}" if self.classes and not self.functions else node.name
+        static = [d for d in node.decorator_list if self._compiler(d) == (True, False)]
+        self.static_functions.append((static[0].lineno, called_as) if static else None)
         self.functions.append((node.name, any(k[0] for k in kinds), any(k[1] for k in kinds)))
         self.generic_visit(node)
         self.functions.pop()
+        self.static_functions.pop()
 
     def visit_Global(self, node: ast.Global) -> None:
         self.rebound_globals |= set(node.names)
@@ -194,15 +257,24 @@ class _Collector(ast.NodeVisitor):
             own = isinstance(target, ast.Attribute) and (_dotted(target) or "").startswith("self.")
             if not own and not (self.functions and isinstance(target, ast.Name)):
                 reachable.append(text)
+        if isinstance(value, ast.Call) and texts:
+            self.call_targets[id(value)] = texts
         if isinstance(value, ast.Call) and self._is_compile(value.func):
             self.bindings[line] = (texts, reachable)  # the CompileCall is made by visit_Call, next
         elif texts:
             self.assignments.append((line, texts, value))
 
     def visit_Call(self, node: ast.Call) -> None:
+        if (_dotted(node.func) or "").split(".")[-1] in _THREAD_WORDS:
+            self.makes_threads = True
+        if node.args and self._compiler(node.func) == (True, False) and not self._is_compile(node.func):
+            self._static(node.lineno, self.call_targets.get(id(node), []), self._wraps_flex(node.args[0]))
         if self._is_compile(node.func) and node.args:
             self._compile_call(node)
         elif self._is_flex(node.func):
+            static = next((f for f in reversed(self.static_functions) if f is not None), None)
+            if static is not None:
+                self._static(static[0], [static[1]], True)
             self.facts.raw_calls.append(
                 RawCall(
                     node.lineno,
@@ -236,8 +308,28 @@ class _Collector(ast.NodeVisitor):
             dynamic=dynamic.value if isinstance(dynamic, ast.Constant) and isinstance(dynamic.value, bool) else None,
         )
         self.facts.compiles.append(call)
+        if call.dynamic is False:
+            self._static(node.lineno, self.call_targets.get(id(node), []), self._wraps_flex(node.args[0]))
 
-    def finish(self) -> FileFacts:
+    def _static(self, line: int, called_as: list[str], wraps_flex: bool) -> None:
+        """A flex_attention wrapper compiled with dynamic=False, remembered by the names its calls use
+        (one bound to nothing is never called by name: nothing to follow)."""
+        if wraps_flex and called_as and line not in self.static:
+            self.static[line] = StaticWrapper(line, ", ".join(called_as), called_as)
+
+    def _varying(self, tree: ast.Module) -> None:
+        """Each static wrapper called with a length that varies: one fact per wrapper, at its compile."""
+        called = {text: str(line) for line, wrapper in self.static.items() for text in wrapper.called_as}
+        by_wrapper: dict[int, list[VaryingCall]] = {}
+        for call in varying_calls(tree, called):
+            by_wrapper.setdefault(int(call.wrapper), []).append(call)
+        for line, calls in sorted(by_wrapper.items()):
+            first, wrapper = calls[0], self.static[line]
+            self.facts.static_varying.append(
+                StaticVarying(line, wrapper.name, first.line, first.called, first.loop_line, len(calls))
+            )
+
+    def finish(self, tree: ast.Module | None = None) -> FileFacts:
         wrappers: dict[str, int] = {}
         for call in self.facts.compiles:
             call.bound_to, call.reachable = self.bindings.get(call.line, ([], []))
@@ -255,12 +347,29 @@ class _Collector(ast.NodeVisitor):
             for read in self._reads_of(self.top_functions[name])
         ]
         self.facts.global_reads = [r for r in reads if r.name in self.module_numbers and r.name in self.rebound_globals]
+        if tree is not None and self.static:
+            self._varying(tree)
+        if tree is not None and self.makes_threads:
+            self.facts.threaded = threaded_calls(tree)
         return self.facts
 
 
-def file_facts(path: str, source: str) -> FileFacts:
-    """The facts of one file, in one pass over its tree; SyntaxError and ValueError (a NUL byte)
-    propagate to the caller."""
+def file_facts(path: str, source: str, *, follow: bool = True) -> FileFacts:
+    """The facts of one file, in one pass over its tree, and, with `follow`, where static wrappers
+    and threads need it, the walks that follow lengths and calls (`init` needs only the wrappers);
+    SyntaxError and ValueError (a NUL byte) propagate to the caller."""
     collector = _Collector(path)
-    collector.visit(ast.parse(source, filename=path))
-    return collector.finish()
+    tree = ast.parse(source, filename=path)
+    collector.visit(tree)
+    return collector.finish(tree if follow else None)
+
+
+def thread_facts(path: str, source: str) -> FileFacts:
+    """The facts of a file that never names flex_attention: only its threads can be at fault, so
+    only they are looked for (lint-threaded-model-call), without the first pass."""
+    return FileFacts(path, threaded=threaded_calls(ast.parse(source, filename=path)))
+
+
+def _constant_bool(call: ast.Call, keyword: str) -> bool | None:
+    value = next((k.value for k in call.keywords if k.arg == keyword), None)
+    return value.value if isinstance(value, ast.Constant) and isinstance(value.value, bool) else None

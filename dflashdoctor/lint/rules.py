@@ -90,7 +90,49 @@ def global_reads(facts: FileFacts) -> list[Finding]:
     ]
 
 
-RULES = (raw_calls, wrapper_backends, rebindings, global_reads)
+def static_wrappers(facts: FileFacts) -> list[Finding]:
+    """A wrapper compiled with dynamic=False that this file calls with a length that changes: one
+    graph per length until dynamo's recompile limit (8 by default), then the dense kernel for every
+    later length (what the runtime commands report as recompile-limit-static-shapes)."""
+    return [
+        finding(
+            "lint-wrapper-static-varying",
+            f"{found.wrapper} is compiled with dynamic=False and called with lengths that vary "
+            f"(line {found.call_line})",
+            detail=f"Line {found.call_line} calls {found.called} inside the loop at line {found.loop_line} with a "
+            "tensor whose size the loop changes"
+            + (f" ({found.calls} such calls)" if found.calls > 1 else "")
+            + ". With dynamic=False each new length compiles a new graph; past dynamo's recompile limit (8 by "
+            "default) every later length runs flex_attention's dense kernel.",
+            where=Where(file=facts.path, line=found.line),
+            evidence={"wrapper": found.wrapper, "call_line": found.call_line, "loop_line": found.loop_line},
+            fix=f"Drop dynamic=False where {found.wrapper} is compiled (or mark the sequence dimension dynamic, "
+            "`torch._dynamo.mark_dynamic(tensor, dim)`), or pad the lengths to a few fixed sizes.",
+        )
+        for found in facts.static_varying
+    ]
+
+
+def threaded_steps(facts: FileFacts) -> list[Finding]:
+    """A thread pool or thread that runs a model, a training step or a kernel launch: threads that
+    enter one Triton/FLA autotuner together corrupt its per-call state."""
+    return [
+        finding(
+            "lint-threaded-model-call",
+            f"{found.how} runs {found.target} on threads, which reaches {found.step} (line {found.step_line})",
+            detail="Each thread enters the same Triton/FLA autotuners; two inside one at once corrupt its "
+            "per-call state (a crash, or silently wrong tuning: the runtime finding is concurrent-autotuner-entry)."
+            + (f" Reached through {' -> '.join(found.via)}." if found.via else ""),
+            where=Where(file=facts.path, line=found.line),
+            evidence={"target": found.target, "step_line": found.step_line, "via": found.via},
+            fix="Run the data-parallel pairs in processes (torchrun, one per GPU), or hold one lock around the "
+            "autotuned call so that one thread at a time enters it.",
+        )
+        for found in facts.threaded
+    ]
+
+
+RULES = (raw_calls, wrapper_backends, rebindings, global_reads, static_wrappers, threaded_steps)
 
 
 def judge_file(facts: FileFacts) -> list[Finding]:

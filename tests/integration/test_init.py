@@ -108,3 +108,26 @@ def test_threads_and_launch_scripts_are_said_with_their_lines(tmp_path):
     assert "threaded_autotuners = true  # a thread pool or thread at pairs.py:4" in said
     assert "# a launch line at launch.sh:2: NCCL_DEBUG=WARN torchrun --nproc-per-node 8 train.py" in said
     assert "notes.py" not in said
+
+
+def test_what_the_fast_scan_skips_and_still_says(tmp_path):
+    """The scan reads each file once and asks it for a trigger word before any pattern: a file that
+    cannot be parsed still says its words, launch scripts are found in folders skipped for Python,
+    and a trainer's process group is seen (torchrun)."""
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "launch.sh").write_text("#!/bin/sh\ntorchrun --nproc-per-node 2 train.py\n")
+    (tmp_path / "cached.egg-info").mkdir()
+    (tmp_path / "cached.egg-info" / "pairs.py").write_text("import torch\nimport threading\nthreading.Thread()\n")
+    (tmp_path / "broken.py").write_text(
+        "import torch\nfrom torch.nn.attention.flex_attention import flex_attention\n"
+        'model = load(attn_implementation="flex_attention")\ndef (:\n'
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch.distributed as dist\n\n"
+        'if __name__ == "__main__":\n    dist.init_process_group("gloo")\n    loss.backward()\n'
+    )
+    said = _init(tmp_path).stdout
+    assert 'attn_implementation="flex_attention" at broken.py:3' in said
+    assert "# a launch line at __pycache__/launch.sh:2: torchrun --nproc-per-node 2 train.py" in said
+    assert 'run = "torchrun --standalone --nproc-per-node 2 train.py"  # train.py:4' in said
+    assert "threaded_autotuners = false" in said  # egg-info holds no team code

@@ -1,6 +1,7 @@
-"""`dflashdoctor lint` as a team runs it: the CLI on the planted folder and its healthy twin (exit
-codes, SARIF with file and line), on the installed transformers and torch packages (no finding: the
-rules never fire on their own integration), without torch importable, and on bad input."""
+"""`dflashdoctor lint` as a team runs it: the CLI on the planted folder (every planted pattern found
+at its line, in SARIF) and its healthy twin (exit codes), on the installed transformers and torch
+packages (no finding: the rules never fire on their own integration, threads and dynamic=False
+included), without torch importable, and on bad input."""
 
 from __future__ import annotations
 
@@ -16,18 +17,33 @@ from tests.conftest import run_cli
 from tests.paths import TARGETS
 
 LINT = TARGETS / "lint"
+# the marker on each planted line -> the code that must be found there (tests/targets/lint/faulty)
+PLANTED = {
+    "RAW_CALL": "lint-raw-flex-call",
+    "DISABLED_CALL": "lint-raw-flex-call",
+    "EAGER_WRAPPER": "lint-wrapper-not-inductor",
+    "REBOUND_LINE": "lint-wrapper-rebound",
+    "GLOBAL_READ": "lint-mod-reads-global",
+    "STATIC_WRAPPER": "lint-wrapper-static-varying",
+    "STATIC_DECORATED": "lint-wrapper-static-varying",
+    "POOL_STEP": "lint-threaded-model-call",
+    "THREAD_KERNEL": "lint-threaded-model-call",
+}
+
+
+def _planted() -> set[tuple[str, str, int]]:
+    """(code, file name, line) of every marked line in the planted folder."""
+    found = set()
+    for path in (LINT / "faulty").glob("*.py"):
+        for number, text in enumerate(path.read_text().splitlines(), 1):
+            found |= {(code, path.name, number) for marker, code in PLANTED.items() if f"# {marker}" in text}
+    return found
 
 
 def test_the_planted_folder_fails_with_each_finding_at_its_line_in_sarif(tmp_path):
     result = run_cli(tmp_path, "lint", str(LINT / "faulty"), "--json")
     assert result.code == 1, result.stderr
-    assert sorted(f["code"] for f in result.findings()) == [
-        "lint-mod-reads-global",
-        "lint-raw-flex-call",
-        "lint-raw-flex-call",
-        "lint-wrapper-not-inductor",
-        "lint-wrapper-rebound",
-    ]
+    assert sorted(f["code"] for f in result.findings()) == sorted(PLANTED.values())
     sarif = json.loads((result.report_dir / "report.sarif").read_text())
     places = {
         (
@@ -39,6 +55,18 @@ def test_the_planted_folder_fails_with_each_finding_at_its_line_in_sarif(tmp_pat
         for loc in r["locations"]
     }
     assert ("lint-wrapper-rebound", "rebound.py", 14) in places and ("lint-raw-flex-call", "raw_call.py", 9) in places
+    assert places == _planted() and len(places) == len(PLANTED)
+
+
+def test_the_real_torchtune_wrapper_case_fires_at_its_dynamic_false_compile(tmp_path):
+    """tests/realworld/packed_static.py: torchtune's wrapper, packed lengths that grow each step;
+    check-compile and run see it recompile, then run dense (test_realworld.py)."""
+    case = TARGETS.parent / "realworld" / "packed_static.py"
+    static = "flex_attention_compiled = torch.compile(flex_attention, dynamic=False)"
+    line = next(i for i, t in enumerate(case.read_text().splitlines(), 1) if t.strip() == static)
+    result = run_cli(tmp_path, "lint", str(case), "--json")
+    assert result.code == 0, result.stderr  # a warning
+    assert [(f["code"], f["where"]["line"]) for f in result.findings()] == [("lint-wrapper-static-varying", line)]
 
 
 def test_the_healthy_twin_passes(tmp_path):
@@ -62,7 +90,7 @@ def test_lint_runs_where_torch_cannot_be_imported(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 1, done.stderr[-2000:]
-    assert len(json.loads(done.stdout)["results"][0]["findings"]) == 5
+    assert len(json.loads(done.stdout)["results"][0]["findings"]) == len(PLANTED)
 
 
 def test_a_path_that_is_not_there_is_one_line_and_exit_2(tmp_path):

@@ -18,6 +18,8 @@ CASES = {
     "lint-wrapper-not-inductor": ("eager_wrapper.py", "EAGER_WRAPPER"),
     "lint-wrapper-rebound": ("rebound.py", "REBOUND_LINE"),
     "lint-mod-reads-global": ("global_mask.py", "GLOBAL_READ"),
+    "lint-wrapper-static-varying": ("static_varying.py", "STATIC_WRAPPER"),
+    "lint-threaded-model-call": ("threaded_step.py", "POOL_STEP"),
 }
 
 
@@ -88,4 +90,161 @@ def test_a_wrapper_from_torch_compile_imported_bare_with_aot_eager_fires():
     ],
 )
 def test_what_real_code_does_that_is_not_a_fault_is_left_alone(source):
+    assert _judged(source) == []
+
+
+_FLEX = "import torch\nfrom torch.nn.attention.flex_attention import flex_attention\n"
+_THREADS = "import threading\nfrom concurrent.futures import ThreadPoolExecutor\nfrom functools import partial\n"
+
+
+def _codes(source: str) -> list[tuple[str, int]]:
+    return [(f.code, f.where.line) for f in _judged(source)]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # the wrapper called in a loop with a length the loop sets
+        _FLEX + "w = torch.compile(flex_attention, dynamic=False)\nfor n in (64, 128):\n"
+        "    q = torch.randn(1, 4, n, 16)\n    w(q, q, q)\n",
+        # compile(dynamic=False) applied to flex_attention, a length from len() of each batch
+        _FLEX + "w = torch.compile(dynamic=False)(flex_attention)\ndef run(batches, q):\n"
+        "    for batch in batches:\n        n = len(batch)\n        w(q[:, :, :n], q, q)\n",
+        # a partial of flex_attention, a comprehension of lengths
+        _FLEX + "from functools import partial\nw = torch.compile(partial(flex_attention, scale=1.0), dynamic=False)\n"
+        "outs = [w(torch.zeros(1, 4, n, 16), None, None) for n in (64, 128)]\n",
+        # partial(torch.compile, dynamic=False) as a decorator, a length that grows in a while loop
+        _FLEX + "from functools import partial\n@partial(torch.compile, dynamic=False)\ndef attend(q):\n"
+        "    return flex_attention(q, q, q)\nn = 16\nwhile n < 512:\n    n *= 2\n    attend(torch.ones(1, 4, n, 16))\n",
+        # tensors drawn from a list built with many lengths; .narrow's length from the batch's shape
+        _FLEX + "w = torch.compile(flex_attention, dynamic=False)\ndef run(q, batches):\n"
+        "    ragged = [torch.randn(1, 4, n, 16) for n in (64, 128)]\n    for x in ragged:\n        w(x, x, x)\n",
+        _FLEX + "w = torch.compile(flex_attention, dynamic=False)\ndef run(q, batches):\n"
+        "    for b in batches:\n        k = q.narrow(2, 0, b.shape[1])\n        w(q, k, k)\n",
+        # an attribute of the class, called through self in a method, through a forwarding method
+        _FLEX + "class A:\n    def __init__(self):\n        self.w = torch.compile(flex_attention, dynamic=False)\n"
+        "    def attend(self, q):\n        return self.w(q, q, q)\n    def run(self, q, lengths):\n"
+        "        for n in lengths:\n            self.attend(torch.nn.functional.pad(q, (0, 0, 0, n)))\n",
+    ],
+)
+def test_a_static_wrapper_called_with_lengths_that_vary_fires_at_its_compile(source):
+    (found,) = _judged(source)
+    assert found.code == "lint-wrapper-static-varying" and found.severity == "warning"
+    compile_line = next(i for i, t in enumerate(source.splitlines(), 1) if "dynamic=False" in t)
+    assert found.where.line == compile_line and "dynamic=False" in found.fix and "pad" in found.fix
+
+
+def test_the_static_finding_names_the_call_the_loop_and_how_many():
+    path = FAULTY / "static_varying.py"
+    lines = path.read_text().splitlines()
+    at = {m: next(i for i, t in enumerate(lines, 1) if m in t) for m in ("VARYING_CALL", "GROWING_CALL")}
+    first, second = [f for f in _judged(path.read_text(), str(path)) if f.code == "lint-wrapper-static-varying"]
+    assert first.evidence["call_line"] == at["VARYING_CALL"] and "compile_friendly_flex_attention" in first.detail
+    assert second.evidence["call_line"] == at["GROWING_CALL"] and second.evidence["wrapper"] == "Decoder.attend"
+    twice = (
+        _FLEX + "w = torch.compile(flex_attention, dynamic=False)\n"
+        "for n in (1, 2):\n    w(torch.ones(1, 1, n, 8), None, None)\n"
+        "for m in (3, 4):\n    w(torch.ones(1, 1, m, 8), None, None)\n"
+    )
+    (found,) = _judged(twice)
+    assert "(2 such calls)" in found.detail and found.evidence["call_line"] == 5
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # transformers' singleton: dynamic=False compiled in __init__, called through a local name
+        "import torch\nfrom torch.nn.attention.flex_attention import flex_attention\nclass W:\n"
+        "    _compiled = None\n    def __init__(self):\n"
+        "        self._compiled = torch.compile(flex_attention, dynamic=False)\n    def __call__(self):\n"
+        "        return self._compiled\ndef attend(q, k, v):\n    compiled = W()()\n    return compiled(q, k, v)\n",
+        # one fixed length, every step
+        _FLEX + "w = torch.compile(flex_attention, dynamic=False)\nfor _ in range(8):\n"
+        "    q = torch.randn(1, 4, 512, 16)\n    w(q, q, q)\n",
+        # a sliding window: both ends of the slice move, its length does not
+        _FLEX + "w = torch.compile(flex_attention, dynamic=False)\ndef run(q):\n    for i in range(4):\n"
+        "        c = q[:, :, i * 64:(i + 1) * 64]\n        w(c, c, c)\n",
+        # batches passed on: nothing in the source says their lengths differ
+        _FLEX + "w = torch.compile(flex_attention, dynamic=False)\ndef run(batches):\n    for b in batches:\n"
+        "        w(b, b, b)\n",
+        # lengths that vary, but the wrapper is dynamic (the default)
+        _FLEX + "w = torch.compile(flex_attention)\nfor n in (64, 128):\n    w(torch.randn(1, 4, n, 16), None, None)\n",
+        # dynamic=False on something that is not flex_attention
+        _FLEX + "m = torch.compile(torch.nn.Linear(4, 4), dynamic=False)\nfor n in (1, 2):\n    m(torch.randn(n, 4))\n",
+        # a call in a function nested in the loop's function, never called: not followed
+        _FLEX + "w = torch.compile(flex_attention, dynamic=False)\ndef run(lengths):\n    for n in lengths:\n"
+        "        def later():\n            return w(torch.randn(1, 4, n, 16), None, None)\n",
+    ],
+)
+def test_a_static_wrapper_whose_lengths_do_not_visibly_vary_is_left_alone(source):
+    assert _judged(source) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # threading.Thread on a module-level function that steps an optimizer
+        _THREADS + "def work(optimizer):\n    optimizer.step()\nthreading.Thread(target=work, args=(o,)).start()\n",
+        # pool.submit on a method, through self, that calls the model
+        _THREADS + "class T:\n    def step(self, x):\n        return self.model(x)\n    def run(self, xs):\n"
+        "        with ThreadPoolExecutor(2) as pool:\n            return [pool.submit(self.step, x) for x in xs]\n",
+        # a partial of a closure, reaching the backward through a helper of the file
+        _THREADS + "def train(model, xs):\n    def loss_of(x):\n        return model(x).sum()\n"
+        "    def helper(x):\n        loss_of(x).backward()\n    def work(x, scale):\n        helper(x)\n"
+        "    pool = ThreadPoolExecutor(2)\n    pool.map(partial(work, scale=2), xs)\n",
+        # a lambda calling a wrapper this file compiles
+        _THREADS + "import torch\nstep = torch.compile(lambda x: x + 1)\n"
+        "threading.Thread(target=lambda: step(1)).start()\n",
+        # a function decorated @torch.compile, run from a ThreadPool's map
+        _THREADS + "import torch\nfrom multiprocessing.pool import ThreadPool\n@torch.compile\ndef f(x):\n"
+        "    return x * 2\ndef work(x):\n    return f(x)\nThreadPool(2).map(work, [1, 2])\n",
+    ],
+)
+def test_a_model_or_kernel_step_started_on_threads_fires_where_the_thread_starts(source):
+    (found,) = _judged(source)
+    assert found.code == "lint-threaded-model-call" and found.severity == "warning"
+    start = next(i for i, t in enumerate(source.splitlines(), 1) if "Thread(" in t or "pool." in t or ".map(" in t)
+    assert found.where.line == start and "lock" in found.fix and "torchrun" in found.fix
+
+
+def test_the_threaded_finding_names_the_path_to_the_step():
+    source = (
+        _THREADS + "def train(model, xs):\n    def loss_of(x):\n        return model(x).sum()\n"
+        "    def work(x):\n        loss_of(x)\n    ThreadPoolExecutor(2).map(work, xs)\n"
+    )
+    (found,) = _judged(source)
+    assert found.evidence["via"] == ["loss_of"] and found.evidence["step_line"] == 6 and "loss_of" in found.detail
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # the fix: one lock around the step
+        _THREADS + "lock = threading.Lock()\ndef work(model, x):\n    with lock:\n        model(x)\n"
+        "threading.Thread(target=work).start()\n",
+        # a target this file does not define: not guessed at
+        _THREADS + "from elsewhere import step\nthreading.Thread(target=step).start()\n",
+        # threads that load data and build a model, no step
+        _THREADS + "def load(path):\n    return build_model(open(path).read())\n"
+        "with ThreadPoolExecutor() as pool:\n    pool.map(load, ['a', 'b'])\n",
+        # torch's RPC tests: a module's backward function, not a tensor's
+        _THREADS + "import torch.distributed.autograd as dist_autograd\ndef work(ctx, loss):\n"
+        "    dist_autograd.backward(ctx, [loss])\nthreading.Thread(target=work).start()\n",
+        # processes, not threads
+        "from concurrent.futures import ProcessPoolExecutor\ndef work(model, x):\n    model(x).sum().backward()\n"
+        "with ProcessPoolExecutor() as pool:\n    pool.submit(work, None, 1)\n",
+        # a step defined in the target but never called there
+        _THREADS + "def work(model, x):\n    def later():\n        model(x)\n    return later\n"
+        "threading.Thread(target=work).start()\n",
+    ],
+)
+def test_threads_that_step_nothing_or_hold_a_lock_are_left_alone(source):
+    assert _judged(source) == []
+
+
+def test_a_raw_call_under_a_partial_of_torch_compile_is_compiled():
+    source = (
+        _FLEX + "from functools import partial\n@partial(torch.compile, fullgraph=True)\ndef attend(q):\n"
+        "    return flex_attention(q, q, q)\n"
+    )
     assert _judged(source) == []

@@ -1,0 +1,81 @@
+"""The source files `lint` and `init` read: which ones (a walk that skips what no team writes) and
+how (a regular file only, never blocking, never past a cap).
+
+Kept lean because on a large tree the walk and the reads are most of what `init` costs: paths stay
+strings (a `Path` per file, and `os.path.relpath`'s two `abspath` calls per file, cost more than
+reading a small file), and a file is read with one `open`, one `fstat` and `read` calls on the
+descriptor, with no buffered file object around it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+
+from dflashdoctor.placed_files import MIB, PlacedFileError, kind_of
+
+SOURCE_BYTES = 4 * MIB  # a larger .py is generated data, not code anyone writes
+# Folders no team's own code lives in: version control, caches, environments, build output.
+SKIPPED = {".git", ".hg", "__pycache__", ".venv", "venv", ".tox", "node_modules", "build", "dist", ".mypy_cache"}
+SKIPPED_SHELL = {".git", ".venv", "venv", "node_modules", "build", "dist"}  # launch scripts may sit in the rest
+SHELL_SUFFIXES = (".sh", ".slurm", ".sbatch")
+
+
+def skipped(folder: str) -> bool:
+    """A folder whose .py files are not the team's code."""
+    return folder in SKIPPED or folder.endswith(".egg-info")
+
+
+def read_source(path: str, max_bytes: int = SOURCE_BYTES) -> bytes:
+    """The whole regular file at `path` (a link to one is followed), at most `max_bytes`. A FIFO or a
+    device is refused before any read (opened without blocking, so a FIFO with no writer never
+    waits): PlacedFileError, an OSError, as for any file that cannot be read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise PlacedFileError(path, f"is {kind_of(status.st_mode)}, not a regular file")
+        # ask for what fstat says is there, plus one byte to see a file that grew, never for the
+        # cap: os.read allocates what it is asked for, and 4 MiB per file costs more than the read
+        chunks, size, expected = [], 0, min(max_bytes, status.st_size) + 1
+        while size <= max_bytes:
+            chunk = os.read(fd, expected - size if expected > size else 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise PlacedFileError(path, f"is larger than {max_bytes // MIB} MiB: not a source file")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def tree_files(root: str) -> Iterator[tuple[str, str, bool]]:
+    """(path, path relative to `root`, whether it is Python) for each .py file lint reads and each
+    shell script (.sh, .slurm, .sbatch) under `root`, in one walk, in a stable order (folders and
+    files sorted, parents first). Shell scripts are also looked for in the folders skipped for
+    Python (caches, tox environments, egg-info), as `init` always did; links to folders are not
+    followed."""
+    relative_of = {root: ""}
+    python_skipped: set[str] = set()
+    for folder, subfolders, files in os.walk(root):
+        relative, skip_python = relative_of.pop(folder), folder in python_skipped
+        subfolders[:] = sorted(d for d in subfolders if d not in SKIPPED_SHELL)
+        for name in subfolders:
+            below = os.path.join(folder, name)
+            relative_of[below] = os.path.join(relative, name)
+            if skip_python or skipped(name):
+                python_skipped.add(below)
+        for name in sorted(files):
+            python = name.endswith(".py")
+            if (python and not skip_python) or name.endswith(SHELL_SUFFIXES):
+                yield os.path.join(folder, name), os.path.join(relative, name), python
+
+
+def python_files(top: str) -> Iterator[str]:
+    """Every .py lint reads under a folder, in the same order as `tree_files`."""
+    for folder, subfolders, files in os.walk(top):
+        subfolders[:] = sorted(d for d in subfolders if not skipped(d))
+        yield from (os.path.join(folder, name) for name in sorted(files) if name.endswith(".py"))
