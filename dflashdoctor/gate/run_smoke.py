@@ -144,13 +144,13 @@ def remote_run_section(
     if payload is None:
         report.results.append(crash_result(probe))
         return report
-    try:
-        judged = Report.from_dict(payload["report"])
-    except (KeyError, TypeError, ValueError) as exc:
-        payload = {"probe_error": f"unreadable run report: {exc}", **payload}
+    if "probe_error" not in payload:
+        try:
+            report.results = Report.from_dict(payload["report"]).results
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # our own bug: said as a crash
+            payload = {"probe_error": f"unreadable run report: {exc!r}"}
     if "probe_error" in payload:
         report.results.append(probe_error_result(probe, payload))
         return report
-    report.results = judged.results
     report.observations["run"] = payload.get("observations", {})
     return report
