@@ -25,8 +25,9 @@ from dflashdoctor.processes import pid_alive
 from dflashdoctor.redaction import redact_argv
 
 _POLL_S = 0.1
-_SETTLE_S = 2.0  # compile workers and the like follow their parent out on their own in this time
+_SETTLE_S = 2.0  # what the child started gets this long to end on its own
 _GRACE_S = 10.0  # between SIGTERM and SIGKILL
+_COMPILE_WORKER = "torch/_inductor/compile_worker/__main__.py"
 
 
 def _proc_entries() -> list[int]:
@@ -75,14 +76,32 @@ def _marked(marker: bytes) -> set[int]:
     return found
 
 
-def command_of(pid: int) -> str:
-    """Its command line, with what looks secret taken out (`--hf-token X`), as a report says it."""
+def _words(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             words = handle.read(4096).decode(errors="replace").split("\0")
     except OSError:
-        return "?"
-    return " ".join(redact_argv([word for word in words if word]))
+        return []
+    return [word for word in words if word]
+
+
+def command_of(pid: int) -> str:
+    """Its command line, with what looks secret taken out (`--hf-token X`), as a report says it."""
+    words = _words(pid)
+    return " ".join(redact_argv(words)) if words else "?"
+
+
+def follows_its_parent(pid: int) -> bool:
+    """Inductor's compile-worker pool (`torch/_inductor/compile_worker/__main__.py --parent=PID`, and
+    the workers it forks, which keep its command line): torch's own helper, which ends itself once
+    the process that compiled is gone, though not at once (2 s on the 2-core CPU after a bare
+    os._exit, more on a 16-core H200 node, where it has 16 workers to wind down). A probe ends with
+    os._exit to skip teardown, so a warm gate's probe that compiled left one every time: it is
+    stopped with the rest, never named as the program's."""
+    words = _words(pid)
+    return any(word.replace("\\", "/").endswith(_COMPILE_WORKER) for word in words[:3]) or (
+        "torch._inductor.compile_worker" in words[1:3]
+    )
 
 
 def still_running(group: int, marker: str) -> set[int]:
@@ -97,8 +116,10 @@ def stop_leftovers(group: int, marker: str, settle_s: float = _SETTLE_S) -> list
     stopped (SIGTERM, SIGKILL after a grace period)."""
     deadline = time.monotonic() + settle_s
     while (left := still_running(group, marker)) and time.monotonic() < deadline:
+        if all(follows_its_parent(pid) for pid in left):
+            break  # only torch's compile workers, which are going anyway: stopped now, unnamed
         time.sleep(_POLL_S)
-    named = [{"pid": pid, "command": command_of(pid)} for pid in sorted(left)]
+    named = [{"pid": pid, "command": command_of(pid)} for pid in sorted(left) if not follows_its_parent(pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in left:
             with contextlib.suppress(OSError):

@@ -9,7 +9,7 @@ import os
 import subprocess
 import time
 
-from dflashdoctor.leftovers import still_running, stop_leftovers
+from dflashdoctor.leftovers import command_of, still_running, stop_leftovers
 from dflashdoctor.processes import pid_alive
 from tests.conftest import run_cli, start_as_nobody
 
@@ -100,3 +100,41 @@ def test_a_script_that_leaves_nothing_has_no_such_finding(tmp_path):
     script.write_text("import subprocess\nsubprocess.run(['true'], check=True)\n")
     run = run_cli(tmp_path, "trace-attention", "--script", str(script))
     assert not run.findings("processes-left-running"), run.stdout[-2000:]
+
+
+_WARMS_INDUCTORS_POOL = """
+import os
+import torch._inductor.config as config
+config.compile_threads = 2
+from torch._inductor.async_compile import AsyncCompile
+AsyncCompile.warm_pool()
+assert type(AsyncCompile.process_pool()).__name__ == "SubprocPool"
+print(os.getpid(), flush=True)
+os._exit(0)  # as a probe ends: no teardown, so the pool is not shut down
+"""
+
+
+def test_inductors_compile_workers_are_stopped_and_never_named_as_the_programs():
+    """A probe that compiled (trace-attention in a warm gate on an H200) exits with os._exit; torch's
+    compile-worker pool then outlives it for seconds before it ends itself. It is torch's, not the
+    program's: stopped, never a `processes-left-running`. A daemon beside it still is named."""
+    import sys
+
+    env = {**os.environ, "DFLASHDOCTOR_PROBE_ID": "test-marker-1234"}
+    daemon = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _WARMS_INDUCTORS_POOL], env=env, start_new_session=True, stdout=subprocess.PIPE
+    )
+    try:
+        child.wait(timeout=120)
+        workers = still_running(child.pid, _MARKER) - {daemon.pid}
+        assert workers, "the pool had ended before it could be looked at"
+        assert all("torch/_inductor/compile_worker/__main__.py" in command_of(pid) for pid in workers)
+        # no settling: the pool is certainly still there (it takes about 2 s to go on the 2-core CPU)
+        left = stop_leftovers(child.pid, _MARKER, settle_s=0)
+        assert left == [{"pid": daemon.pid, "command": "sleep 300"}]
+        _wait_until(lambda: not still_running(child.pid, _MARKER), timeout_s=15)
+        assert not still_running(child.pid, _MARKER)
+    finally:
+        daemon.kill()
+        daemon.wait()
