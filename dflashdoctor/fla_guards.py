@@ -7,9 +7,7 @@ Two ways a machine cannot run FLA's kernels, neither of them the model's fault:
 - FLA refuses a kernel on this combination of triton and GPU architecture with a guard of its own,
   `if <flags>: raise RuntimeError(...)` (fla-core 0.6.0 refuses the gated delta rule's backward on
   Hopper with triton >= 3.4.0 and < 3.7.1). The guards are read from the installed FLA's source and
-  their flags evaluated with FLA's own values (`fla.utils`), so no version pair is written here; the
-  env probe evaluates FLA's own flag expressions from its source instead (`fla_state_from_source`,
-  fla_source.py), since importing `fla.utils` initialises CUDA.
+  their flags evaluated with FLA's own values (`fla.utils`), so no version pair is written here.
 
 Probed side: standard library; `fla.utils` (torch, triton) only where FLA is installed.
 """
@@ -17,18 +15,15 @@ Probed side: standard library; `fla.utils` (torch, triton) only where FLA is ins
 from __future__ import annotations
 
 import ast
-import importlib
 import importlib.util
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
-
-from dflashdoctor.fla_source import Gpu, SourceFlags, machine_facts, version_literal
 
 GPU_PLATFORMS = ("cuda", "hip", "xpu")  # triton backends FLA runs its kernels on
 _FLAG_PREFIXES = ("IS_", "TRITON_ABOVE_", "TRITON_BELOW_")  # FLA's platform and version flags
@@ -106,58 +101,17 @@ def fla_state(device: str | None = None) -> dict[str, Any] | None:
     if fla_folder() is None:
         return None
     platform, flags = fla_flags()
-    return _state(platform, flags, _gpu_name if platform in GPU_PLATFORMS else lambda: None, device)
-
-
-def fla_state_from_source(gpu0: Gpu | None) -> dict[str, Any] | None:
-    """fla_state() for this machine's GPU, with FLA's flags read from its source and evaluated with
-    `gpu0` (CUDA device 0's name and capability, from a listing that needs no CUDA context:
-    nvidia-smi's) instead of importing `fla.utils`, which initialises CUDA (fla_source.py says why
-    that matters). Where the source asks what is not known so, fla_state() itself: the same answer
-    at the old cost."""
-    folder = fla_folder()
-    if folder is None:
-        return None
-    try:
-        flags = SourceFlags(folder, machine_facts(gpu0))
-        platform = flags.platform()
-        return _state(platform, flags, lambda: gpu0[0] if gpu0 else None, None)
-    except Exception:  # Unknown, or what the reading did not foresee (a triton that fails to import)
-        return fla_state()
-
-
-def _state(
-    platform: str, flags: Mapping[str, Any], gpu: Callable[[], str | None], device: str | None
-) -> dict[str, Any]:
-    """The state both ways of reading FLA's flags report, key for key."""
     on_gpu = platform in GPU_PLATFORMS
     device = device or ("cuda" if on_gpu else "cpu")
     return {
         "version": _installed("fla-core") or _installed("flash-linear-attention"),
         "triton": _installed("triton"),
-        "gpu": gpu() if on_gpu else None,
+        "gpu": _gpu_name() if on_gpu else None,
         "platform": platform,
         "device": device,
         "usable": _runs_on(platform, device),
         "guards": [guard.to_dict() for guard in fla_guards(flags)],
     }
-
-
-def fla_version() -> str | None:
-    """`fla.__version__`, read from FLA's `__init__.py` without importing `fla`: FLA's package init
-    (fla-core 0.6.0) imports `fla.layers` and `fla.models`, and through them FLA's ops and
-    `fla.utils`, wherever flash-linear-attention is installed beside fla-core. Imported only where
-    the file does not assign a plain string; None where FLA is not installed or does not import."""
-    folder = fla_folder()
-    if folder is None:
-        return None
-    literal = version_literal(folder)
-    if literal is not None:
-        return literal
-    try:
-        return str(importlib.import_module("fla").__version__)
-    except Exception:  # a broken FLA: no version to report
-        return None
 
 
 @contextmanager
@@ -202,7 +156,7 @@ def _message(raised: ast.expr | None) -> str | None:
     return "".join(parts) or None
 
 
-def _guards_in(path: str, flags: Mapping[str, Any]) -> list[FlaGuard]:
+def _guards_in(path: str, flags: dict[str, Any]) -> list[FlaGuard]:
     try:
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
@@ -233,9 +187,8 @@ def _guards_in(path: str, flags: Mapping[str, Any]) -> list[FlaGuard]:
     return sorted(found.values(), key=lambda guard: guard.line)
 
 
-def fla_guards(flags: Mapping[str, Any]) -> list[FlaGuard]:
-    """Every platform guard in the installed FLA's ops, evaluated with `flags` (from `fla_flags`, or
-    fla_source's SourceFlags, which evaluates only the flags the guards name)."""
+def fla_guards(flags: dict[str, Any]) -> list[FlaGuard]:
+    """Every platform guard in the installed FLA's ops, evaluated with `flags` (from `fla_flags`)."""
     folder = fla_folder()
     if folder is None:
         return []

@@ -1,13 +1,12 @@
 """Probe: the environment as the probed interpreter sees it.
 
 Versions (read from package metadata where importing would be costly or could fail: transformers
-is never imported, nor FLA, whose platform flags and guards are read from its source, the flags
-evaluated with nvidia-smi's GPU 0, since importing `fla.utils` initialises CUDA; `fla.utils` is
-imported only where its source asks what cannot be answered so), the GPUs torch sees, the knobs
-set in the environment, dynamo's recompile limit, the cache roots with their sizes and filesystems
-(on this machine: with `--ssh` the probed side is another one), and whether the big packages'
-bytecode is compiled or can be written (and how long importing torch then took). Secret values are
-redacted here, as they are read; the doctor judges, nothing here decides.
+is never imported, and triton and FLA only as far as `fla.utils`, where FLA is installed, to read its
+platform and its own guards), the GPUs torch sees, the knobs set in the environment,
+dynamo's recompile limit, the cache roots with their sizes and filesystems (on this machine:
+with `--ssh` the probed side is another one), and whether the big packages' bytecode is compiled
+or can be written (and how long importing torch then took). Secret values are redacted
+here, as they are read; the doctor judges, nothing here decides.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ from typing import Any
 from dflashdoctor.bytecode import interpreter_bytecode, package_bytecode
 from dflashdoctor.cache.environment import NETWORK_FILESYSTEMS, mount_of, untrusted_root
 from dflashdoctor.cache.roots import resolve_roots
-from dflashdoctor.fla_guards import fla_state_from_source
-from dflashdoctor.fla_source import Gpu
+from dflashdoctor.fla_guards import fla_state
 from dflashdoctor.probe_support import probe_main
 from dflashdoctor.redaction import redact_variables
 
@@ -91,23 +89,6 @@ def gpus_in_cuda_order(listed: Gpus | None, count: int, environ: dict[str, str])
         return None
     alike = len({(g["name"], g["capability"], g["memory_bytes"]) for g in listed}) == 1
     return listed if alike or environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" else None
-
-
-def gpu_zero(listed: Gpus | None, environ: dict[str, str]) -> Gpu | None:
-    """CUDA device 0's name and capability from nvidia-smi's list, where the list says which GPU that
-    is: every listed GPU alike (whichever one CUDA_VISIBLE_DEVICES or the device order makes device
-    0), or the orders agree and nothing renumbers them (gpus_in_cuda_order). None: not known without
-    asking CUDA (a MIG instance is named apart from its GPU)."""
-    if not listed or "MIG" in environ.get("CUDA_VISIBLE_DEVICES", "").upper():
-        return None
-    alike = len({(g["name"], g["capability"]) for g in listed}) == 1
-    ordered = environ.get("CUDA_VISIBLE_DEVICES") is None and environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
-    if not (alike or ordered):
-        return None
-    major, _, minor = str(listed[0]["capability"]).partition(".")
-    if not (major.isdigit() and minor.isdigit()):
-        return None
-    return str(listed[0]["name"]), (int(major), int(minor))
 
 
 def _torch(listed: Gpus | None) -> dict[str, Any]:
@@ -195,8 +176,7 @@ def run(_config: dict[str, Any]) -> dict[str, Any]:  # env takes no options
         # before torch is imported: nothing written by this probe's own imports is counted
         "bytecode": interpreter_bytecode() | {"packages": [p for p in map(package_bytecode, _BYTECODE_PACKAGES) if p]},
         **_torch(listed),
-        # after torch (its CUDA check picks triton's driver); no CUDA context: fla_source.py says why
-        "fla": fla_state_from_source(gpu_zero(listed, dict(os.environ))),
+        "fla": fla_state(),  # after torch: fla.utils imports it and triton
     }
 
 

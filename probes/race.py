@@ -27,7 +27,6 @@ from dflashdoctor.autotune.processes import run_processes
 from dflashdoctor.autotune.stub_kernel import autotuned_add, launch
 from dflashdoctor.autotune.trials import run_trial
 from dflashdoctor.errors import MissingPackage
-from dflashdoctor.fla_guards import fla_version
 from dflashdoctor.probe_support import UsageError, probe_main
 from dflashdoctor.reference import target_pairs
 from dflashdoctor.targets import resolve
@@ -96,7 +95,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "torch": _version("torch"),
         "triton": _version("triton"),
-        "fla": fla_version(),  # read, not imported: fla_guards.fla_version says why
+        "fla": _version("fla"),
         "kernel": "stub (triton interpreter, 2 configs, vector add)" if kernel == "stub" else kernel,
         "threads": threads,
         "fix": fix,

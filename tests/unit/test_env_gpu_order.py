@@ -4,7 +4,7 @@ or cannot differ; elsewhere env asks torch. The rule on real rows of mixed and m
 
 from __future__ import annotations
 
-from probes.env import gpu_zero, gpus_in_cuda_order
+from probes.env import gpus_in_cuda_order
 
 H200 = {"name": "NVIDIA H200", "capability": "9.0", "memory_bytes": 150_754_820_096}
 L4 = {"name": "NVIDIA L4", "capability": "8.9", "memory_bytes": 24_152_899_584}
@@ -31,16 +31,3 @@ def test_renumbered_or_miscounted_gpus_ask_torch():
     assert gpus_in_cuda_order(listed, 2, {"CUDA_VISIBLE_DEVICES": "1,0"}) is None
     assert gpus_in_cuda_order(listed, 1, {}) is None
     assert gpus_in_cuda_order(None, 2, {}) is None
-
-
-def test_gpu_zero_for_fla_is_known_where_every_gpu_is_alike_or_the_orders_agree():
-    """FLA's flags ask for CUDA device 0's name and capability; env answers from nvidia-smi only where
-    the list says which GPU that is, else FLA's own import answers (gpu_zero None)."""
-    h200 = ("NVIDIA H200", (9, 0))
-    assert gpu_zero(_listed(H200, H200), {"CUDA_VISIBLE_DEVICES": "1"}) == h200  # renumbered, but alike
-    assert gpu_zero(_listed(L4, H200), {}) is None  # CUDA's default order puts the H200 first
-    assert gpu_zero(_listed(L4, H200), {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}) == ("NVIDIA L4", (8, 9))
-    assert gpu_zero(_listed(L4, H200), {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}) is None
-    assert gpu_zero(_listed(H200), {"CUDA_VISIBLE_DEVICES": "MIG-5c0e2f4e"}) is None  # named apart from its GPU
-    assert gpu_zero(_listed(H200 | {"capability": "[N/A]"}), {}) is None
-    assert gpu_zero(None, {}) is None and gpu_zero([], {}) is None
