@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from dflashdoctor.lint.scopes import dotted as dotted_name
 from dflashdoctor.lint.threads import ThreadedCall, threaded_calls
 from dflashdoctor.lint.varying import VaryingCall, varying_calls
 
@@ -99,15 +100,6 @@ class FileFacts:
     threaded: list[ThreadedCall] = field(default_factory=list)
 
 
-def _dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
-
 class _Collector(ast.NodeVisitor):
     def __init__(self, path: str) -> None:
         self.facts = FileFacts(path)
@@ -150,18 +142,22 @@ class _Collector(ast.NodeVisitor):
     def _is_flex(self, node: ast.expr) -> bool:
         if isinstance(node, ast.Name):
             return node.id in self.flex_names
-        dotted = _dotted(node)
+        dotted = dotted_name(node)
         if dotted is None or not dotted.endswith(".flex_attention"):
             return False
         base = dotted.rsplit(".", 1)[0]
         return base in self.flex_modules or any(base == f"{t}.nn.attention.flex_attention" for t in self.torch_names)
 
     def _is_compile(self, node: ast.expr) -> bool:
-        dotted = _dotted(node)
+        dotted = dotted_name(node)
         return dotted in self.compile_names or any(dotted == f"{t}.compile" for t in self.torch_names)
 
     def _is_partial(self, node: ast.expr) -> bool:
-        return isinstance(node, ast.Call) and (_dotted(node.func) or "").split(".")[-1] == "partial" and bool(node.args)
+        return (
+            isinstance(node, ast.Call)
+            and (dotted_name(node.func) or "").split(".")[-1] == "partial"
+            and bool(node.args)
+        )
 
     def _compiler(self, node: ast.expr) -> tuple[bool, bool | None]:
         """Whether an expression makes compiled callables when called or used as a decorator, and
@@ -183,7 +179,7 @@ class _Collector(ast.NodeVisitor):
 
     def _decorator_kind(self, decorator: ast.expr) -> tuple[bool, bool]:
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        dotted = _dotted(target) or ""
+        dotted = dotted_name(target) or ""
         compiled = self._is_compile(target) or self._compiler(decorator)[0]
         disabled = any(dotted == name.replace("torch", t, 1) for t in self.torch_names for name in _DISABLE)
         return compiled, disabled
@@ -224,7 +220,7 @@ class _Collector(ast.NodeVisitor):
 
     # statements ----------------------------------------------------------------------------
     def _target_text(self, target: ast.expr) -> str | None:
-        dotted = _dotted(target)
+        dotted = dotted_name(target)
         if dotted is None:
             return None
         if self.classes and not self.functions and isinstance(target, ast.Name):
@@ -254,7 +250,7 @@ class _Collector(ast.NodeVisitor):
             if text is None:
                 continue
             texts.append(text)
-            own = isinstance(target, ast.Attribute) and (_dotted(target) or "").startswith("self.")
+            own = isinstance(target, ast.Attribute) and (dotted_name(target) or "").startswith("self.")
             if not own and not (self.functions and isinstance(target, ast.Name)):
                 reachable.append(text)
         if isinstance(value, ast.Call) and texts:
@@ -265,7 +261,7 @@ class _Collector(ast.NodeVisitor):
             self.assignments.append((line, texts, value))
 
     def visit_Call(self, node: ast.Call) -> None:
-        if (_dotted(node.func) or "").split(".")[-1] in _THREAD_WORDS:
+        if (dotted_name(node.func) or "").split(".")[-1] in _THREAD_WORDS:
             self.makes_threads = True
         if node.args and self._compiler(node.func) == (True, False) and not self._is_compile(node.func):
             self._static(node.lineno, self.call_targets.get(id(node), []), self._wraps_flex(node.args[0]))
@@ -289,7 +285,7 @@ class _Collector(ast.NodeVisitor):
             if keyword.arg in _MOD_KEYWORDS and isinstance(keyword.value, ast.Name):
                 self.mods.add(keyword.value.id)
         if (
-            (_dotted(node.func) or "").endswith("create_block_mask")
+            (dotted_name(node.func) or "").endswith("create_block_mask")
             and node.args
             and isinstance(node.args[0], ast.Name)
         ):
