@@ -13,6 +13,8 @@ from dflashdoctor.judges.graph_breaks import read_break
 from dflashdoctor.observations import GraphBreakSite
 from dflashdoctor.report import Check, CheckStatus, Comparison, Finding, Plot, ProbeResult, Table, Where
 
+_RAISE_IT = "raise the budget in [tool.dflashdoctor] if the new figure is intended."
+
 _FRAME = re.compile(r"^(?P<file>.+):(?P<line>\d+) in (?P<function>\S+)$")
 GRAPH_BREAK_SITES_SHOWN = 5  # graph-break findings a section names; the check line counts every site
 
@@ -140,31 +142,52 @@ class Judge:
             refs=[reading.page for reading, _ in readings if reading.page][:1],
         )
 
-    def _over_budget(self, budget: str, measured: Any, limit: Any, what: str) -> None:
+    def _over_budget(
+        self, budget: str, measured: Any, limit: Any, what: str, replaces: str | None = None, check: str | None = None
+    ) -> None:
+        """One fact, one finding, one check line: an overrun is the error the gate fails on, and takes
+        the place of the section's own finding for that fact (`replaces`: the `recompiles` warning,
+        whose guards it carries) and of that fact's check line (`check`), which now fails for it."""
+        own = next((f for f in self.findings if f.code == replaces), None) if replaces else None
+        if own is not None:
+            self.findings.remove(own)
+        allowed = f"The gate's configuration allows {budget} = {limit}; this run measured {measured}."
         self.findings.append(
             finding(
                 "budget-exceeded",
                 f"{self.probe}: {what} {measured} is over the budget {budget} = {limit}",
-                detail=f"The gate's configuration allows {budget} = {limit}; this run measured {measured}.",
-                evidence={"budget": budget, "limit": limit, "measured": measured, "probe": self.probe},
-                fix="Fix the cause the probe's own findings name, or raise the budget in [tool.dflashdoctor] "
-                "if the new figure is intended.",
+                detail=f"{allowed} {own.detail}" if own is not None else allowed,
+                where=own.where if own is not None else None,
+                evidence={"budget": budget, "limit": limit, "measured": measured, "probe": self.probe}
+                | ({"finding": own.evidence} if own is not None else {}),
+                fix=f"{own.fix} Or {_RAISE_IT}"
+                if own is not None and own.fix
+                else f"Fix the cause the probe's own findings name, or {_RAISE_IT}",
             )
         )
-        self._check(f"budget {budget}", "fail", f"{measured} > {limit}", "budget-exceeded")
+        line = next((c for c in self.checks if c.name == check), None) if check else None
+        if line is None:
+            self._check(f"budget {budget}", "fail", f"{measured} > {limit}", "budget-exceeded")
+            return
+        line.status = "fail"
+        line.summary += f"; over the budget {budget} = {limit}"
+        line.codes = [*line.codes, "budget-exceeded"]
 
     def _hold_to_budgets(self) -> None:
-        """The gate's budgets on what this section measured (recompiles, graph breaks, compile time)."""
+        """The gate's budgets on what this section measured (recompiles, graph breaks, compile time),
+        each judged here once."""
         budgets, m = self.budgets, self.measurements
         if not budgets.held_by_gate:
             return
         recompiles = m.get("recompiles")
         if isinstance(recompiles, int) and recompiles > budgets.max_recompiles:
-            self._over_budget("max_recompiles", recompiles, budgets.max_recompiles, "recompiles")
+            self._over_budget(
+                "max_recompiles", recompiles, budgets.max_recompiles, "recompiles", "recompiles", "varying lengths"
+            )
         breaks = m.get("graph_breaks")
         count = sum(breaks.values()) if isinstance(breaks, dict) else breaks
         if isinstance(count, int) and count > budgets.max_graph_breaks:
-            self._over_budget("max_graph_breaks", count, budgets.max_graph_breaks, "graph breaks")
+            self._over_budget("max_graph_breaks", count, budgets.max_graph_breaks, "graph breaks", check="graph breaks")
         compile_s, limit = m.get("compile_s"), budgets.max_compile_seconds
         if limit is not None and isinstance(compile_s, int | float) and compile_s > limit:
             self._over_budget("max_compile_seconds", round(compile_s, 2), limit, "compile seconds")

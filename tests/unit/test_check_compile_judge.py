@@ -93,8 +93,17 @@ def test_a_hook_that_would_not_install_is_said_and_the_rest_still_judged():
 def test_the_gate_holds_a_run_to_its_budgets():
     budgets = Budgets(max_recompiles=0, max_compile_seconds=0.001, held_by_gate=True)
     (result,) = judged("cpu/check-compile-recompiles", budgets=budgets)
-    over = {f.evidence["budget"] for f in found([result], "budget-exceeded")}
-    assert over == {"max_recompiles", "max_compile_seconds"} and result.status == "fail"
+    over = {f.evidence["budget"]: f for f in found([result], "budget-exceeded")}
+    assert set(over) == {"max_recompiles", "max_compile_seconds"} and result.status == "fail"
+    # one fact, one finding, one check line: the overrun takes the recompiles warning's place, with its guards
+    assert "recompiles" not in codes([result])
+    recompiles = over["max_recompiles"]
+    assert "The guards that failed" in recompiles.detail and recompiles.evidence["finding"]["recompile_reasons"]
+    lines = {c.name: c for c in result.checks}
+    assert "budget max_recompiles" not in lines and lines["varying lengths"].status == "fail"
+    assert "budget-exceeded" in lines["varying lengths"].codes
+    assert "over the budget max_recompiles = 0" in lines["varying lengths"].summary
+    assert lines["budget max_compile_seconds"].status == "fail"  # a figure with no check line of its own
     alone = judged("cpu/check-compile-recompiles", budgets=Budgets(max_recompiles=0))
     assert "budget-exceeded" not in codes(alone) and alone[0].status == "pass"  # a warning, not a budget
 

@@ -69,3 +69,5 @@ def test_graph_breaks_over_the_gate_budget_fail_the_section():
     (result,) = judged("cpu/trace-eager-wrapper", graph_breaks={"print": 2}, budgets=Budgets(held_by_gate=True))
     (over,) = found([result], "budget-exceeded")
     assert over.evidence == {"budget": "max_graph_breaks", "limit": 0, "measured": 2, "probe": "trace-attention"}
+    (line,) = [c for c in result.checks if "budget-exceeded" in c.codes]  # the graph breaks' own line, failing
+    assert line.name == "graph breaks" and line.status == "fail"
