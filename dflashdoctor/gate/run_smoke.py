@@ -54,8 +54,12 @@ _JOINING = {
     )
     for sep in (("-", "_") if tail else ("",))
 }
-# torchrun's options that take no value; every other option before the script takes one
-_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"}
+# torchrun's options that take no value (and torch.distributed.launch's --use-env); every other
+# option before the script takes one
+_FLAGS = {
+    *("--standalone", "-m", "--module"),
+    *(f"--{a}{sep}{b}" for a, b in (("no", "python"), ("run", "path"), ("use", "env")) for sep in "-_"),
+}
 _START_S = 120.0  # beyond run_timeout on another node: ssh, unpacking the package, starting Python
 
 
@@ -152,5 +156,7 @@ def remote_run_section(
     if "probe_error" in payload:
         report.results.append(probe_error_result(probe, payload))
         return report
-    report.observations["run"] = payload.get("observations", {})
+    observations = payload.get("observations")
+    if isinstance(observations, dict):  # by probe name, as the node's own report kept them
+        report.observations.update(observations)
     return report

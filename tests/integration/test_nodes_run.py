@@ -7,6 +7,7 @@ ground truth is each node's own run section (dense kernels recorded at the site,
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -67,6 +68,9 @@ def test_each_node_runs_the_trainer_alone_and_the_odd_nodes_are_named(tmp_path, 
     assert [process(n)["measurements"]["dense_kernels"] > 0 for n in _ENVIRONMENTS] == [False, True, False]
     assert all(process(n)["measurements"]["steps"] >= 4 for n in _ENVIRONMENTS)  # no node waited for the others
     assert all(results[f"{n}: run"]["measurements"]["returncode"] is not None for n in _ENVIRONMENTS)
+    observations = json.loads((done.report_dir / "observations.json").read_text())["probes"]
+    assert observations["node-b"]["run"]["command"][:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert "--standalone" in observations["node-b"]["run"]["command"]  # the single-node form ran there
 
     site = f"{TRAINER}:{_flex_line()}"
     (dense,) = [f for f in nodes["findings"] if f["code"] == "node-mismatch" and f["evidence"].get("site")]

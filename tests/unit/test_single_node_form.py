@@ -37,7 +37,11 @@ JOINING = [
         ("python train.py --nnodes 2", "python train.py --nnodes 2"),  # not torchrun: the user's own form
         ("accelerate launch --num_machines 2 t.py", "accelerate launch --num_machines 2 t.py"),
         ("torchrun --nnodes 2 -- t.py --nnodes 2", "torchrun --standalone -- t.py --nnodes 2"),
-        ("torchrun --nnodes 2", "torchrun --standalone"),  # no script: torchrun says so itself
+        ("torchrun --nnodes 2", "torchrun --standalone"),
+        (
+            "python -m torch.distributed.launch --use_env --nnodes 2 --nproc_per_node 2 t.py",
+            "python -m torch.distributed.launch --standalone --use_env --nproc_per_node 2 t.py",
+        ),  # no script: torchrun says so itself
     ],
 )
 def test_the_single_node_form(command, expected):
