@@ -42,7 +42,7 @@ def called_name(file: str, line: int) -> str | None:
         return head if head.replace(".", "").replace("_", "").isalnum() else None
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            return _dotted(node.func)
+            return dotted_name(node.func)
     return None
 
 
@@ -68,17 +68,18 @@ def rebinding(file: str, line: int) -> dict[str, Any] | None:
     }
 
 
-def _dotted(node: ast.AST) -> str | None:
+def dotted_name(node: ast.AST) -> str | None:
+    """`a.b.c` for a chain of names and attributes; None for anything else (a call, a subscript)."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
+        base = dotted_name(node.value)
         return f"{base}.{node.attr}" if base else None
     return None
 
 
 def _is_compile_call(value: ast.AST) -> bool:
-    return isinstance(value, ast.Call) and (_dotted(value.func) or "").endswith("compile")
+    return isinstance(value, ast.Call) and (dotted_name(value.func) or "").endswith("compile")
 
 
 def _assignments(path: str, attr: str) -> list[tuple[int, ast.AST]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from dflashdoctor.lint.scopes import dotted as dotted_name
+from dflashdoctor.hooks.rebinding import dotted_name
 from dflashdoctor.lint.threads import ThreadedCall, threaded_calls
 from dflashdoctor.lint.varying import VaryingCall, varying_calls
 

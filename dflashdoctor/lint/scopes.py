@@ -12,23 +12,16 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from dflashdoctor.hooks.rebinding import dotted_name
+
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-
-
-def dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
 
 
 def called_text(func: ast.expr, cls: str | None) -> str | None:
     """How facts.py names what a call calls: `self.attr`/`cls.attr` inside class C is `C.attr`, as a
     compiled wrapper bound to `self._compiled` is recorded as `C._compiled`."""
-    text = dotted(func)
+    text = dotted_name(func)
     if text is None or cls is None:
         return text
     head, _, rest = text.partition(".")
@@ -88,7 +81,7 @@ class Index:
         """The `def` a callable expression names, where this file says: a closure of an enclosing
         function (innermost first), a module-level function, `self.method` of the class around it,
         or the first argument of `functools.partial`."""
-        if isinstance(expr, ast.Call) and (dotted(expr.func) or "").split(".")[-1] == "partial" and expr.args:
+        if isinstance(expr, ast.Call) and (dotted_name(expr.func) or "").split(".")[-1] == "partial" and expr.args:
             return self.resolve(expr.args[0], cls, enclosing)
         if isinstance(expr, ast.Name):
             for function in reversed(enclosing):
@@ -98,7 +91,7 @@ class Index:
             found = self.by_text.get(expr.id)
             return found if found is not None and found.cls is None else None
         text = called_text(expr, cls)
-        return self.by_text.get(text) if text and text != dotted(expr) else None
+        return self.by_text.get(text) if text and text != dotted_name(expr) else None
 
 
 @dataclass

@@ -19,7 +19,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dflashdoctor.lint.scopes import NESTED, Def, Function, Index, called_text, dotted, survey
+from dflashdoctor.hooks.rebinding import dotted_name
+from dflashdoctor.lint.scopes import NESTED, Def, Function, Index, called_text, survey
 
 _POOLS = {"ThreadPoolExecutor", "ThreadPool"}
 _POOL_CALLS = {"submit", "map", "imap", "imap_unordered", "starmap", "apply", "apply_async", "map_async"}
@@ -47,7 +48,7 @@ def _is_model(name: str) -> bool:
 
 
 def _last(node: ast.expr) -> str:
-    return (dotted(node) or "").rsplit(".", 1)[-1]
+    return (dotted_name(node) or "").rsplit(".", 1)[-1]
 
 
 class _File:
@@ -75,7 +76,7 @@ class _File:
     def started(self, call: ast.Call, cls: str | None) -> tuple[str, ast.expr] | None:
         """(how, the target expression) when this call starts a thread on a function."""
         func = call.func
-        if dotted(func) in ("Thread", "threading.Thread"):
+        if dotted_name(func) in ("Thread", "threading.Thread"):
             target = next((k.value for k in call.keywords if k.arg == "target"), None)
             target = target if target is not None or len(call.args) < 2 else call.args[1]
             return ("threading.Thread", target) if target is not None else None
@@ -94,7 +95,7 @@ class _File:
         only a tensor's `.backward()` is."""
         func = call.func
         if isinstance(func, ast.Subscript) and "triton" in self.modules:
-            return f"a Triton kernel launch `{dotted(func.value) or ast.unparse(func.value)}[grid](...)`"
+            return f"a Triton kernel launch `{dotted_name(func.value) or ast.unparse(func.value)}[grid](...)`"
         text = called_text(func, cls) or ""
         receiver, _, name = text.rpartition(".")
         if name == "backward" and receiver and not self._module(receiver):
@@ -121,7 +122,7 @@ class _File:
 def _compiles(node: ast.expr) -> bool:
     """`torch.compile` (or `compile` imported from torch), called or used as a decorator."""
     target = node.func if isinstance(node, ast.Call) else node
-    return dotted(target) in ("torch.compile", "compile")
+    return dotted_name(target) in ("torch.compile", "compile")
 
 
 def _unlocked_calls(body: list[ast.stmt] | ast.expr, file: _File, cls: str | None) -> Iterator[ast.Call]:

@@ -20,7 +20,8 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from dflashdoctor.lint.scopes import Def, called_text, dotted, index, own_nodes, reads, stored
+from dflashdoctor.hooks.rebinding import dotted_name
+from dflashdoctor.lint.scopes import Def, called_text, index, own_nodes, reads, stored
 
 _SIZED_BY_ALL = {"randn", "rand", "zeros", "ones", "empty", "view", "reshape", "expand", "repeat", "unflatten"}
 _SIZED_BY_ALL |= {"new_zeros", "new_ones", "new_empty"}
@@ -39,7 +40,7 @@ class VaryingCall:
 
 
 def _name(func: ast.expr) -> str:
-    return (dotted(func) or "").rsplit(".", 1)[-1]
+    return (dotted_name(func) or "").rsplit(".", 1)[-1]
 
 
 def _moving_bounds(lower: ast.expr | None, upper: ast.expr | None, moving: set[str]) -> list[ast.expr]:
