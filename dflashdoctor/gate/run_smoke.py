@@ -40,26 +40,16 @@ from dflashdoctor.session import crash_result, new_report, probe_error_result, p
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 # torchrun's options that join this node to others, each followed by its value
 _JOINING = {
-    f"--{stem}{sep}{tail}"
-    for stem, tail in (
-        ("nnodes", ""),
-        ("node", "rank"),
-        ("rdzv", "endpoint"),
-        ("rdzv", "backend"),
-        ("rdzv", "id"),
-        ("rdzv", "conf"),
-        ("master", "addr"),
-        ("master", "port"),
-        ("local", "addr"),
-    )
-    for sep in (("-", "_") if tail else ("",))
-}
+    "--nnodes", "--node-rank", "--node_rank", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-backend",
+    "--rdzv_backend", "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf", "--master-addr",
+    "--master_addr", "--master-port", "--master_port", "--local-addr", "--local_addr",
+}  # fmt: skip
 # torchrun's options that take no value (and torch.distributed.launch's --use-env); every other
 # option before the script takes one
 _FLAGS = {
-    *("--standalone", "-m", "--module"),
-    *(f"--{a}{sep}{b}" for a, b in (("no", "python"), ("run", "path"), ("use", "env")) for sep in "-_"),
-}
+    "--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
+    "--use-env", "--use_env",
+}  # fmt: skip
 _START_S = 120.0  # beyond run_timeout on another node: ssh, unpacking the package, starting Python
 
 
