@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Runs in every Python process started with GATE_PROFILE_DIR set, as Python starts up.
-SITECUSTOMIZE = r'''
+SITECUSTOMIZE = r"""
 import os, time
 _DIR = os.environ.get("GATE_PROFILE_DIR")
 if _DIR:
@@ -71,7 +71,7 @@ if _DIR:
     atexit.register(_record)
     _arm("exec")
     os.register_at_fork(after_in_child=lambda: _arm("fork"))
-'''
+"""
 
 
 def _gate(work: Path, cache: Path, report: Path, hook: Path | None, mode: str, package: Path) -> tuple[float, float]:

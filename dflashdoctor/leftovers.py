@@ -21,10 +21,10 @@ import signal
 import time
 from typing import Any
 
-from dflashdoctor.processes import pid_alive
 from dflashdoctor.redaction import redact_argv
 
-_POLL_S = 0.1
+_POLL_S = 0.1  # a scan of every process's environment
+_GRACE_POLL_S = 0.02  # a read of the signalled processes' own states
 _SETTLE_S = 2.0  # what the child started gets this long to end on its own
 _GRACE_S = 10.0  # between SIGTERM and SIGKILL
 _COMPILE_WORKER = "torch/_inductor/compile_worker/__main__.py"
@@ -76,6 +76,14 @@ def _marked(marker: bytes) -> set[int]:
     return found
 
 
+def running(pid: int) -> bool:
+    """It exists and has not exited. A zombie has: it holds nothing but its pid until its parent
+    reaps it, and the parent of an orphan is init, which in a container may reap late (1.6 s on a
+    Firecracker VM of this workplace, whose init reaps in rounds) or never (a shell as PID 1)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != b"Z"
+
+
 def _words(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -125,9 +133,9 @@ def stop_leftovers(group: int, marker: str, settle_s: float = _SETTLE_S) -> list
             with contextlib.suppress(OSError):
                 os.kill(pid, sig)
         end = time.monotonic() + _GRACE_S
-        while time.monotonic() < end and any(pid_alive(pid) for pid in left):
-            time.sleep(_POLL_S)
-        left = {pid for pid in left if pid_alive(pid)}
+        while time.monotonic() < end and any(running(pid) for pid in left):
+            time.sleep(_GRACE_POLL_S)
+        left = {pid for pid in left if running(pid)}
         if not left:
             break
     return named

@@ -9,7 +9,7 @@ import os
 import subprocess
 import time
 
-from dflashdoctor.leftovers import command_of, still_running, stop_leftovers
+from dflashdoctor.leftovers import command_of, running, still_running, stop_leftovers
 from dflashdoctor.processes import pid_alive
 from tests.conftest import run_cli, start_as_nobody
 
@@ -138,3 +138,31 @@ def test_inductors_compile_workers_are_stopped_and_never_named_as_the_programs()
     finally:
         daemon.kill()
         daemon.wait()
+
+
+_NEVER_REAPS = """
+import subprocess, sys, time
+child = subprocess.Popen(["sleep", "300"], env={"DFLASHDOCTOR_PROBE_ID": "test-marker-1234"}, start_new_session=True)
+print(child.pid, flush=True)
+time.sleep(300)  # never waits for it: once it is killed it stays a zombie
+"""
+
+
+def test_a_killed_leftover_left_a_zombie_by_its_parent_counts_as_ended():
+    """Orphans are reaped by init, which in a container may do so late or never; a stopped leftover
+    that waits there as a zombie has ended, and the doctor must not wait out its grace periods for
+    it (it did, on the H200's Firecracker VM: 1.6 s after every probe that compiled)."""
+    import sys
+
+    parent = subprocess.Popen([sys.executable, "-c", _NEVER_REAPS], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert parent.stdout is not None
+        leftover = int(parent.stdout.readline())
+        assert running(leftover)
+        named = stop_leftovers(_finished_group(), _MARKER, settle_s=0)
+        assert named == [{"pid": leftover, "command": "sleep 300"}]
+        # SIGTERM ended it and its parent never reaped it: a pid still, a zombie, no longer running
+        assert pid_alive(leftover) and not running(leftover)
+    finally:
+        parent.kill()
+        parent.wait()
