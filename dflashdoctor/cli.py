@@ -31,8 +31,8 @@ from dflashdoctor.limits import seconds_problem
 from dflashdoctor.models import preset_names
 from dflashdoctor.output import destination_problem, emit, new_report_dir
 from dflashdoctor.registry import PROBES
-from dflashdoctor.render.text import encodable, without_controls
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
+from dflashdoctor.safe_text import encodable, without_controls
 
 app = typer.Typer(
     name="dflashdoctor",

@@ -3,8 +3,10 @@
 A probe builds its observations as plain JSON (it may run in another interpreter, over ssh); the
 doctor side loads them with `load`, which turns nested dicts into these dataclasses by their type
 hints. A key this version does not know is ignored and a missing one takes its default, so an
-`observations.json` kept from another version still loads. Standard library only: the probed side
-imports `DenseEvent` from here.
+`observations.json` kept from another version still loads. Standard library only, and nothing of
+the doctor side: the probed side imports `DenseEvent` from here. The observations of the two
+commands that run on the doctor's side (`cache`, `run`) are kept beside them (cache/observations.py,
+runs/observations.py).
 """
 
 from __future__ import annotations
@@ -13,13 +15,7 @@ import sys
 import types
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
-from pathlib import Path
 from typing import Any, TypeVar
-
-from dflashdoctor.cache.model import RootScan
-from dflashdoctor.cache.quarantine import RepairLog
-from dflashdoctor.runs.events import ProcessLog, read_logs
-from dflashdoctor.runs.watch import Outcome
 
 T = TypeVar("T")
 
@@ -179,15 +175,6 @@ class EnvObservations:
 
 
 @dataclass
-class CacheObservations:
-    """What `cache check`, `fix` or `restore` saw and did, on the doctor's own machine."""
-
-    scans: list[RootScan] = field(default_factory=list)
-    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # root path -> its filesystem's facts
-    log: RepairLog = field(default_factory=RepairLog)
-
-
-@dataclass
 class BlockObservations:
     """`dflashdoctor.testing`: what one block of a user's own test saw, every thread counted.
     `earlier_compiles` are dynamo's records from before the block, kept when the block ran a dense
@@ -201,29 +188,6 @@ class BlockObservations:
     dynamo_disabled: bool = False
     recompile_limit: int | None = None
     unavailable: list[str] = field(default_factory=list)
-
-
-@dataclass
-class RunObservations:
-    """`run`: the command, how it ended, and every process's events (kept in the report folder's
-    `events/`, one JSON-lines file per process, which `processes` is read back from)."""
-
-    command: list[str] = field(default_factory=list)
-    outcome: Outcome = field(default_factory=lambda: Outcome(returncode=None, duration_s=0.0))
-    processes: list[ProcessLog] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """observations.json's part: the events stay in their files."""
-        return {"command": self.command, "outcome": asdict(self.outcome), "events": "events"}
-
-    @classmethod
-    def read(cls, data: dict[str, Any], events: Path) -> RunObservations:
-        run = load(cls, {k: v for k, v in data.items() if k != "processes"})
-        hang = run.outcome.hang
-        if hang and isinstance(hang.get("stacks"), dict):  # JSON made the pids strings
-            hang["stacks"] = {int(pid): stacks for pid, stacks in hang["stacks"].items()}
-        run.processes = read_logs(events)
-        return run
 
 
 def load(cls: type[T], data: Any) -> T:

@@ -1,5 +1,5 @@
 """Where a finished Report goes: the terminal or stdout as JSON, the report directory, and the copies
-CI asks for. Every output starts from the report made encodable (render/text.py)."""
+CI asks for. Every output starts from the report made encodable (safe_text.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from dflashdoctor.render import github, write_report_dir
 from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.render.terminal import render_terminal
-from dflashdoctor.render.text import encodable_report
 from dflashdoctor.report import Report
 from dflashdoctor.report_folder import ReportFolder, unsafe_reason, write_file
+from dflashdoctor.safe_text import encodable_report
 
 DEFAULT_REPORTS = Path("reports")
 

@@ -143,7 +143,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     watched = config.stash.get(_WATCHED, [])
     if not watched:
         return
-    from dflashdoctor.render.text import encodable, without_controls
+    from dflashdoctor.safe_text import encodable, without_controls
 
     terminalreporter.write_sep("=", "dflashdoctor")
     for line in summary_lines(watched):

@@ -19,8 +19,8 @@ import secrets
 import stat
 from pathlib import Path
 
-from dflashdoctor.cache.safe_fs import PRIVATE_FOLDER, open_child_folder, user_name
 from dflashdoctor.errors import BadInput
+from dflashdoctor.safe_fs import PRIVATE_FOLDER, open_child_folder, user_name
 
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dflashdoctor.cache.safe_fs import user_name
+from dflashdoctor.safe_fs import user_name
 
 # Filesystems where triton's rename-based writes are not safe across clients, or slow (EBUSY and
 # FileNotFoundError have been seen on NFS).

@@ -13,7 +13,7 @@ import os
 import stat
 from typing import Any
 
-from dflashdoctor.cache.safe_fs import closing
+from dflashdoctor.safe_fs import closing
 
 FileRecord = dict[str, Any]
 

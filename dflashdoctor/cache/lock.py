@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from dflashdoctor.cache.safe_fs import Untrusted, closing, untrusted_reason
 from dflashdoctor.errors import BadInput
+from dflashdoctor.safe_fs import Untrusted, closing, untrusted_reason
 
 LOCK = "lock"
 _POLL_S = 0.05

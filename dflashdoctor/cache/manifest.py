@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflashdoctor.cache.inventory import FileRecord
-from dflashdoctor.cache.safe_fs import is_plain_name
+from dflashdoctor.safe_fs import is_plain_name
 
 SCHEMA = "dflashdoctor.quarantine/1"
 MANIFEST = "manifest.json"

@@ -33,7 +33,7 @@ from dflashdoctor.cache.inventory import inventory
 from dflashdoctor.cache.lock import root_lock
 from dflashdoctor.cache.manifest import ENTRIES, MANIFEST, Manifest, ManifestEntry, ManifestError, shown
 from dflashdoctor.cache.model import Problem
-from dflashdoctor.cache.safe_fs import (
+from dflashdoctor.safe_fs import (
     PRIVATE_FOLDER,
     Untrusted,
     closing,

@@ -16,15 +16,15 @@ from dflashdoctor.budgets import Budgets
 from dflashdoctor.cache import quarantine as q
 from dflashdoctor.cache.layout import not_a_cache
 from dflashdoctor.cache.model import RootScan
+from dflashdoctor.cache.observations import CacheObservations
 from dflashdoctor.cache.roots import CacheRoot, absolute, resolve_roots
-from dflashdoctor.cache.safe_fs import Untrusted, refused_because
 from dflashdoctor.cache.scan import installed_triton, named_roots_usable, scan_root, scan_roots
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.cache import judge
 from dflashdoctor.limits import seconds_problem
-from dflashdoctor.observations import CacheObservations
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.report import Report
+from dflashdoctor.safe_fs import Untrusted, refused_because
 from dflashdoctor.session import PROBE_TIMEOUT_S, finish, new_report, probe_into_report, probe_python
 
 if TYPE_CHECKING:

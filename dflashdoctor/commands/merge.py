@@ -13,9 +13,10 @@ from pathlib import Path
 
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.run_nodes import RunPart, judge
-from dflashdoctor.observations import ObservationsError, RunObservations
+from dflashdoctor.observations import ObservationsError
 from dflashdoctor.placed_files import MIB, read_placed
 from dflashdoctor.report import Report
+from dflashdoctor.runs.observations import RunObservations
 from dflashdoctor.runs.parts import PART_FILE, FoundPart, find_parts
 from dflashdoctor.session import finish, new_report
 

@@ -19,16 +19,16 @@ from dflashdoctor.budgets import Budgets
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.run import judge
 from dflashdoctor.limits import MAX_STEPS, count_problem
-from dflashdoctor.observations import RunObservations
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.redaction import redact_argv
 from dflashdoctor.render import write_report_dir
-from dflashdoctor.render.text import encodable_report
 from dflashdoctor.report import Report
 from dflashdoctor.runs import launch
 from dflashdoctor.runs.events import read_logs
+from dflashdoctor.runs.observations import RunObservations
 from dflashdoctor.runs.parts import NodePart, node_part, wait_for_parts, write_part
 from dflashdoctor.runs.watch import watch
+from dflashdoctor.safe_text import encodable_report
 from dflashdoctor.session import finish, new_report
 
 _CLAIM = ".claimed-by-a-run"  # not *.jsonl: the event reader never takes it for a process's log

@@ -75,7 +75,7 @@ def show(path: Path, format_name: str, *, verbose: bool) -> str:
 
     from dflashdoctor.render import FORMATS
     from dflashdoctor.render.terminal import render_terminal
-    from dflashdoctor.render.text import encodable_report
+    from dflashdoctor.safe_text import encodable_report
 
     if format_name != "terminal" and format_name not in FORMATS:
         raise BadInput(f"unknown format {format_name!r}; expected terminal or one of {', '.join(FORMATS)}")

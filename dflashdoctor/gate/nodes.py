@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.hostfile import Node
 from dflashdoctor.judges.nodes import NodeOutcome, judge
-from dflashdoctor.render.text import encodable, without_controls
 from dflashdoctor.report import Report
+from dflashdoctor.safe_text import encodable, without_controls
 from dflashdoctor.session import finish, new_report
 
 NODES_IN_FLIGHT = 8  # nodes gated at once: each runs every probe over its own ssh sessions

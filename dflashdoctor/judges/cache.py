@@ -6,10 +6,10 @@ from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.cache.model import Problem, RootScan
+from dflashdoctor.cache.observations import CacheObservations
 from dflashdoctor.cache.quarantine import QuarantineRun, Refusal
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
-from dflashdoctor.observations import CacheObservations
 from dflashdoctor.report import Finding, ProbeResult, Where
 
 _CODES = {

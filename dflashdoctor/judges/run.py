@@ -25,10 +25,11 @@ from dflashdoctor.judges.known_causes import known_cause
 from dflashdoctor.judges.leftovers import left_running_finding
 from dflashdoctor.judges.plots import step_plots
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
-from dflashdoctor.observations import RunObservations, TraceAttentionObservations, load
+from dflashdoctor.observations import TraceAttentionObservations, load
 from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import ProbeResult, Where
 from dflashdoctor.runs.events import ProcessLog
+from dflashdoctor.runs.observations import RunObservations
 
 _AGENT_THREAD = "dflashdoctor-sampler"
 _STEPS_KEPT = 200

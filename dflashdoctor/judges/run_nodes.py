@@ -13,9 +13,9 @@ from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge
 from dflashdoctor.judges.run import judge as judge_run
-from dflashdoctor.observations import RunObservations
 from dflashdoctor.report import ProbeResult, Table
 from dflashdoctor.runs.events import ProcessLog
+from dflashdoctor.runs.observations import RunObservations
 
 
 @dataclass

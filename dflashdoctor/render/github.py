@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from dflashdoctor.render.common import repo_path
 from dflashdoctor.render.markdown import render_markdown
-from dflashdoctor.render.text import without_controls
 from dflashdoctor.report import Report
+from dflashdoctor.safe_text import without_controls
 
 _COMMAND = {"error": "error", "warning": "warning", "info": "notice"}
 

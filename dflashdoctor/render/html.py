@@ -22,8 +22,8 @@ from dflashdoctor.render.common import (
     verdict_line,
 )
 from dflashdoctor.render.svg import bar_chart, line_chart
-from dflashdoctor.render.text import with_strings, xml_legal
 from dflashdoctor.report import Bar, Comparison, Finding, ProbeResult, Report, site_key
+from dflashdoctor.safe_text import with_strings, xml_legal
 
 _STYLE = """
 :root{--fg:#222;--bg:#fff;--muted:#666;--line:#ddd;--code:#f6f6f6;--good:#16794c;--bad:#b3261e;

@@ -8,8 +8,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from xml.etree import ElementTree as ET
 
-from dflashdoctor.render.text import with_strings, xml_legal
 from dflashdoctor.report import Check, Finding, ProbeResult, Report
+from dflashdoctor.safe_text import with_strings, xml_legal
 
 
 def _related(result: ProbeResult) -> Callable[[Check], list[Finding]]:

@@ -13,8 +13,8 @@ from dflashdoctor.render.common import (
     summary_sentence,
     verdict_line,
 )
-from dflashdoctor.render.text import markdown_block_fence, markdown_code, markdown_text
 from dflashdoctor.report import Report
+from dflashdoctor.safe_text import markdown_block_fence, markdown_code, markdown_text
 
 
 def _cell(text: str) -> str:

@@ -10,9 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from dflashdoctor.render.common import subject, verdict_line
-from dflashdoctor.render.text import with_strings, without_controls
 from dflashdoctor.report import Finding, Report
 from dflashdoctor.report import Table as ReportTable
+from dflashdoctor.safe_text import with_strings, without_controls
 
 _CHECK_STYLE = {
     "pass": ("✔", "green"),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from dflashdoctor.render.text import encodable, without_controls
 from dflashdoctor.report import Finding
+from dflashdoctor.safe_text import encodable, without_controls
 
 _WIDTH = 100
 

@@ -13,9 +13,10 @@ from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import CODES
-from dflashdoctor.observations import RunObservations, load
+from dflashdoctor.observations import load
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import Finding, ProbeResult
+from dflashdoctor.runs.observations import RunObservations
 
 ASSETS = Path(__file__).parent.parent / "assets" / "observations"
 

@@ -14,8 +14,8 @@ import pytest
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.cache.environment import LOW_FREE_BYTES
+from dflashdoctor.cache.observations import CacheObservations
 from dflashdoctor.judges.cache import judge
-from dflashdoctor.observations import CacheObservations
 from dflashdoctor.report import Check, ProbeResult
 from tests.cache_tree import key_for
 from tests.unit.recorded import codes, documented, found, judged, observations

@@ -121,7 +121,7 @@ def test_verdicts_and_exit_codes():
 
 
 def test_strings_are_made_safe_for_each_output():
-    from dflashdoctor.render import text
+    from dflashdoctor import safe_text as text
 
     assert text.encodable("lat\udce9n") == "lat\\xe9n"  # a file name's undecodable byte, as ls -b shows it
     assert text.encodable("a\ud800b") == "a\\ud800b"  # a surrogate that is no escaped byte
@@ -136,7 +136,7 @@ def test_strings_are_made_safe_for_each_output():
 def test_every_file_of_a_report_dir_takes_hostile_strings(tmp_path):
     """Surrogates, control characters and markup anywhere in a report: every format is written and
     valid, and the JSON reads back."""
-    from dflashdoctor.render.text import encodable_report
+    from dflashdoctor.safe_text import encodable_report
 
     hostile = "lat\udce9n \ud800 \x1b[2J\x00\x07 <img src=x onerror=alert(1)> ```"
     report = hostile_report()

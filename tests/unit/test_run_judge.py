@@ -186,8 +186,8 @@ def test_a_damaged_or_hostile_event_record_is_a_counted_damaged_line():
     import tempfile
     from pathlib import Path
 
-    from dflashdoctor.observations import RunObservations
     from dflashdoctor.registry import PROBES
+    from dflashdoctor.runs.observations import RunObservations
     from tests.unit.recorded import ASSETS
 
     name = "cpu/run-eager-flex"

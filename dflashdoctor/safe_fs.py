@@ -6,6 +6,8 @@ would turn it into a path outside the cache. So every move starts at an open fol
 a quarantine folder) and walks down one checked name at a time with O_NOFOLLOW: a link, a loop or a
 file where a folder should be ends the walk with an OSError instead of leaving the tree. Renames and
 reads then go through those open folders, so nothing can be swapped between the check and the use.
+Report folders and the run agent's event files open their files through here too, so both sides
+import it: standard library only.
 """
 
 from __future__ import annotations

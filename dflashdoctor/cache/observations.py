@@ -1,0 +1,20 @@
+"""What `cache check`, `fix` and `restore` observed: the doctor side's own observations (nothing
+is probed), kept here so that observations.py, which the probed side imports, holds none of the
+cache's types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dflashdoctor.cache.model import RootScan
+from dflashdoctor.cache.quarantine import RepairLog
+
+
+@dataclass
+class CacheObservations:
+    """What `cache check`, `fix` or `restore` saw and did, on the doctor's own machine."""
+
+    scans: list[RootScan] = field(default_factory=list)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # root path -> its filesystem's facts
+    log: RepairLog = field(default_factory=RepairLog)
