@@ -1,5 +1,5 @@
 """`python -m dflashdoctor` runs the CLI."""
 
-from dflashdoctor.cli import main
+from dflashdoctor.console import main
 
 main()

@@ -6,6 +6,10 @@ read-only install), every process compiles torch, dynamo and Inductor from sourc
 H200 node's image that made `import torch` plus dynamo and Inductor 9-15 s per process, against 6-7 s
 once compiled (benchmarks/README.md), and a training job starts many (each rank, each Inductor
 compile-worker pool). Standard library only: it runs on the probed side, before anything is imported.
+
+Where an image is so (PYTHONDONTWRITEBYTECODE set, its packages shipped without bytecode), the
+doctor keeps bytecode of its own in a private cache of this user's instead, for its probes
+(runner.bytecode_env) and for its own process (keep_own_bytecode), leaving the install untouched.
 """
 
 from __future__ import annotations
@@ -18,6 +22,28 @@ from typing import Any
 
 _HEADER_BYTES = 16
 _HASH_BASED = 0b1
+# What a probe imports that is large enough for its bytecode to matter: torch is seconds, and
+# Inductor's sympy and jinja2 most of one more. Any of them without bytecode is reason enough: with
+# torch compiled but sympy not (compileall over torch alone), a warm gate on an H200 took 14.1 s
+# against 10.5 s.
+PROBE_PACKAGES = ("torch", "sympy", "jinja2", "networkx", "triton", "transformers", "fla")
+# What the doctor's own process imports before it starts anything (0.4 s of an H200's warm gate)
+DOCTOR_PACKAGES = ("dflashdoctor", "typer", "click", "rich")
+# Set in a probe's environment where the doctor gave it the private cache: the user's own
+# PYTHONDONTWRITEBYTECODE, so that `env` reports the interpreter as the user's processes have it.
+GIVEN_VARIABLE = "DFLASHDOCTOR_BYTECODE_GIVEN"
+_OWN: dict[str, Any] = {}  # this process's settings before keep_own_bytecode changed them
+
+
+def users_settings() -> tuple[bool, str | None, str | None]:
+    """(dont_write_bytecode, pycache_prefix, PYTHONDONTWRITEBYTECODE) as the user's own processes
+    have them, not as the doctor changed them for itself or its probes. It changes them only where
+    PYTHONDONTWRITEBYTECODE is set and no prefix is: that is then what the user has."""
+    if GIVEN_VARIABLE in os.environ:
+        return True, None, os.environ[GIVEN_VARIABLE]
+    if _OWN:
+        return _OWN["dont_write_bytecode"], _OWN["pycache_prefix"], os.environ.get("PYTHONDONTWRITEBYTECODE")
+    return sys.dont_write_bytecode, sys.pycache_prefix, os.environ.get("PYTHONDONTWRITEBYTECODE")
 
 
 def _current(source: Path, compiled: Path) -> bool:
@@ -39,18 +65,25 @@ def _current(source: Path, compiled: Path) -> bool:
 
 
 def _bytecode_path(source: Path) -> Path | None:
+    """Where the user's processes read its bytecode: importlib's rule under the user's prefix (set
+    for the one call: a probe's own may be the doctor's private cache)."""
+    ours = sys.pycache_prefix
+    sys.pycache_prefix = users_settings()[1]
     try:
         return Path(importlib.util.cache_from_source(str(source)))
     except NotImplementedError:  # an implementation with no bytecode cache (cache_tag is None)
         return None
+    finally:
+        sys.pycache_prefix = ours
 
 
 def _writable(package_dir: Path) -> bool:
     """Whether importing would write the missing bytecode: allowed, and the folder it goes to (or
     the nearest existing folder above it) is writable."""
-    if sys.dont_write_bytecode or sys.implementation.cache_tag is None:
+    dont_write, prefix, _ = users_settings()
+    if dont_write or sys.implementation.cache_tag is None:
         return False
-    folder = Path(sys.pycache_prefix) if sys.pycache_prefix else package_dir
+    folder = Path(prefix) if prefix else package_dir
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     return os.access(folder, os.W_OK)
@@ -84,10 +117,55 @@ def package_bytecode(name: str) -> dict[str, Any] | None:
 
 
 def interpreter_bytecode() -> dict[str, Any]:
-    """The interpreter's own settings that decide whether bytecode is written, and where."""
+    """The interpreter's own settings that decide whether bytecode is written, and where, as the
+    user's processes have them."""
+    dont_write, prefix, variable = users_settings()
     return {
-        "dont_write_bytecode": sys.dont_write_bytecode,
-        "pycache_prefix": sys.pycache_prefix,
+        "dont_write_bytecode": dont_write,
+        "pycache_prefix": prefix,
         "cache_tag": sys.implementation.cache_tag,
-        "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE"),
+        "PYTHONDONTWRITEBYTECODE": variable,
     }
+
+
+def _has_bytecode(package: str) -> bool:
+    """Whether an installed package's `__init__` has its bytecode beside it; a package not
+    installed has nothing to miss."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return True
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return True
+    compiled = _bytecode_path(Path(spec.origin))
+    return compiled is None or compiled.exists()
+
+
+def private_pycache(packages: tuple[str, ...]) -> Path | None:
+    """This user's private bytecode cache where it is wanted: bytecode may not be written here
+    (PYTHONDONTWRITEBYTECODE, and no PYTHONPYCACHEPREFIX of the user's), one of `packages` has none,
+    and the folder is this user's and closed to others (code from it is run). None otherwise."""
+    if os.environ.get("PYTHONPYCACHEPREFIX") or not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return None
+    if GIVEN_VARIABLE in os.environ:  # a probe's own process: the doctor decided already
+        return None
+    if all(_has_bytecode(package) for package in packages):
+        return None
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dflashdoctor" / "pycache"
+    try:
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = cache.stat()
+    except OSError:
+        return None
+    return cache if info.st_uid == os.geteuid() and not info.st_mode & 0o022 else None
+
+
+def keep_own_bytecode() -> None:
+    """The doctor's own process, before it imports its CLI: under the same conditions as its probes,
+    it reads and writes the bytecode of what it imports from here on in its private cache. Only the
+    console entry calls this, never a process that imports dflashdoctor as a library."""
+    cache = private_pycache(DOCTOR_PACKAGES)
+    if cache is not None:
+        _OWN.update(dont_write_bytecode=sys.dont_write_bytecode, pycache_prefix=sys.pycache_prefix)
+        sys.pycache_prefix = str(cache)
+        sys.dont_write_bytecode = False

@@ -25,6 +25,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import IO, Any
 
+from dflashdoctor.bytecode import GIVEN_VARIABLE, PROBE_PACKAGES, private_pycache
 from dflashdoctor.forkserver.client import HostedChild, current_host
 from dflashdoctor.forkserver.server import READ_WHEN_USED
 from dflashdoctor.leftovers import stop_leftovers
@@ -108,38 +109,17 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _owned_private_dir(path: Path) -> bool:
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = path.stat()
-    except OSError:
-        return False
-    return info.st_uid == os.geteuid() and not info.st_mode & 0o022
-
-
-def bytecode_env(python: str, package: str = "torch") -> dict[str, str]:
+def bytecode_env(python: str, packages: tuple[str, ...] = PROBE_PACKAGES) -> dict[str, str]:
     """Bytecode for probes where the interpreter keeps none. An image that sets
     PYTHONDONTWRITEBYTECODE and ships torch without bytecode makes every probe compile torch,
     dynamo and Inductor from source (seconds each, on an H200 of this workplace); probes then keep
     theirs in a cache of this user's (PYTHONPYCACHEPREFIX), leaving the install untouched. Only for
     this interpreter (another --python is not looked into), and never over a prefix the user set."""
-    if (
-        python != sys.executable
-        or os.environ.get("PYTHONPYCACHEPREFIX")
-        or not os.environ.get("PYTHONDONTWRITEBYTECODE")
-    ):
+    cache = private_pycache(packages) if python == sys.executable else None
+    if cache is None:
         return {}
-    spec = find_spec(package)
-    if spec is None or spec.origin is None:
-        return {}
-    from importlib.util import cache_from_source
-
-    if os.path.exists(cache_from_source(spec.origin)):  # the install has its bytecode: nothing to gain
-        return {}
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dflashdoctor" / "pycache"
-    if not _owned_private_dir(cache):  # another user's folder, or none can be made: compile as before
-        return {}
-    return {"PYTHONPYCACHEPREFIX": str(cache), "PYTHONDONTWRITEBYTECODE": ""}
+    given = os.environ["PYTHONDONTWRITEBYTECODE"]  # for `env`, which reports the user's setting
+    return {"PYTHONPYCACHEPREFIX": str(cache), "PYTHONDONTWRITEBYTECODE": "", GIVEN_VARIABLE: given}
 
 
 def run_probe(

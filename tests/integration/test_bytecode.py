@@ -120,7 +120,7 @@ def test_probes_keep_their_own_bytecode_where_the_install_has_none(tmp_path, mon
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
-    env = bytecode_env(sys.executable, "bare_pkg")
+    env = bytecode_env(sys.executable, ("bare_pkg",))
     prefix = Path(env["PYTHONPYCACHEPREFIX"])
     assert env["PYTHONDONTWRITEBYTECODE"] == "" and prefix == tmp_path / "cache" / "dflashdoctor" / "pycache"
     assert oct(prefix.stat().st_mode & 0o777) == "0o700"
@@ -128,12 +128,44 @@ def test_probes_keep_their_own_bytecode_where_the_install_has_none(tmp_path, mon
     subprocess.run([sys.executable, "-c", "import bare_pkg"], env=child_env, check=True)
     assert list(prefix.rglob("__init__*.pyc")) and not (site / "bare_pkg" / "__pycache__").exists()
 
-    assert bytecode_env("/usr/bin/python3-other", "bare_pkg") == {}  # another interpreter: not looked into
+    assert bytecode_env("/usr/bin/python3-other", ("bare_pkg",)) == {}  # another interpreter: not looked into
     monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "users-own"))
-    assert bytecode_env(sys.executable, "bare_pkg") == {}
+    assert bytecode_env(sys.executable, ("bare_pkg",)) == {}
     monkeypatch.delenv("PYTHONPYCACHEPREFIX")
     prefix.chmod(0o777)  # loosened by someone: not trusted with code that will be run
-    assert bytecode_env(sys.executable, "bare_pkg") == {}
+    assert bytecode_env(sys.executable, ("bare_pkg",)) == {}
     prefix.chmod(0o700)
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
-    assert bytecode_env(sys.executable, "bare_pkg") == {}  # bytecode is written as usual
+    assert bytecode_env(sys.executable, ("bare_pkg",)) == {}  # bytecode is written as usual
+
+
+def test_the_doctors_own_process_keeps_its_bytecode_where_the_install_has_none(tmp_path):
+    """The same image, for the doctor's own command: a copy of dflashdoctor without bytecode under
+    PYTHONDONTWRITEBYTECODE=1. Its console entry compiles into the private cache once and reads it
+    from there after; the install stays untouched. A process that imports dflashdoctor as a library
+    (a user's test with expect_fused) is left as it was, as is a user's own prefix."""
+    site = tmp_path / "site"
+    shutil.copytree(
+        Path(__file__).resolve().parents[2] / "dflashdoctor",
+        site / "dflashdoctor",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    cache = tmp_path / "cache"
+    env = {**os.environ, "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1", "XDG_CACHE_HOME": str(cache)}
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    version = [sys.executable, "-m", "dflashdoctor", "--version"]
+    run = {"env": env, "capture_output": True, "text": True, "check": True, "cwd": tmp_path}  # not this checkout's copy
+    assert subprocess.run(version, **run).stdout.startswith("dflashdoctor")
+    prefix = cache / "dflashdoctor" / "pycache"
+    assert oct(prefix.stat().st_mode & 0o777) == "0o700"
+    made = {p: p.stat().st_mtime_ns for p in prefix.rglob("cli.*.pyc")}
+    assert len(made) == 1 and not list(site.rglob("__pycache__"))
+    subprocess.run(version, **run)
+    assert {p: p.stat().st_mtime_ns for p in prefix.rglob("cli.*.pyc")} == made  # read, not written again
+
+    library = "import sys, dflashdoctor.cli; print(sys.pycache_prefix, sys.dont_write_bytecode)"
+    shown = subprocess.run([sys.executable, "-c", library], **run)
+    assert shown.stdout.split() == ["None", "True"]
+    own = tmp_path / "users-own"
+    subprocess.run(version, **{**run, "env": {**env, "PYTHONPYCACHEPREFIX": str(own)}})
+    assert not list(own.rglob("*.pyc"))  # the user's prefix, the user's rule: nothing written there
