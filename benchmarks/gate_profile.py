@@ -123,8 +123,10 @@ def _profiles(records: Path, out: Path) -> None:
         kept = out / f"{name}-{meta['pid']}.prof"
         kept.write_bytes(path.read_bytes())
         print(f"\n== {name} (pid {meta['pid']}, {meta['ended'] - meta['started']:.2f} s under the profiler)")
-        stats = pstats.Stats(str(path), stream=sys.stdout)
-        stats.sort_stats("cumulative").print_stats(45)
+        try:
+            pstats.Stats(str(path), stream=sys.stdout).sort_stats("cumulative").print_stats(45)
+        except (TypeError, ValueError, EOFError) as exc:  # a profile cut short as its process was killed
+            print(f"   unreadable profile: {exc}"[:200])
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ root=$PWD
 work=$(mktemp -d)
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  git log -1 --format='commit %h' 2>/dev/null || true
   python3 -c 'import torch, importlib.metadata as m; print("torch", torch.__version__, "fla-core", m.version("fla-core"))'
 } 2>&1 | tee "$OUT/gate-warm.txt"
 python3 benchmarks/gate_profile.py --out "$OUT/profile" --repeats "${REPEATS:-5}" > "$OUT/gate-timeline.txt" 2>&1
