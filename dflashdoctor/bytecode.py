@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -151,13 +152,28 @@ def private_pycache(packages: tuple[str, ...]) -> Path | None:
         return None
     if all(_has_bytecode(package) for package in packages):
         return None
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dflashdoctor" / "pycache"
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cache = root / "dflashdoctor" / "pycache"
     try:
         cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = cache.stat()
+        return cache if _only_ours(root, [cache.parent, cache]) else None
     except OSError:
         return None
-    return cache if info.st_uid == os.geteuid() and not info.st_mode & 0o022 else None
+
+
+def _only_ours(root: Path, folders: list[Path]) -> bool:
+    """No one else can put code where the cache is: its folders are real folders of this user's,
+    closed to others, in a root that is this user's or root's and that others cannot rename them
+    out of (not writable by others, or sticky as /tmp is)."""
+    me = os.geteuid()
+    info = root.stat()  # a root reached through a link (a ~/.cache on a scratch disk) is fine
+    if info.st_uid not in (me, 0) or (info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX):
+        return False
+    for folder in folders:
+        info = folder.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != me or info.st_mode & 0o022:
+            return False
+    return True
 
 
 def keep_own_bytecode() -> None:

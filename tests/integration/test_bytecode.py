@@ -169,3 +169,39 @@ def test_the_doctors_own_process_keeps_its_bytecode_where_the_install_has_none(t
     own = tmp_path / "users-own"
     subprocess.run(version, **{**run, "env": {**env, "PYTHONPYCACHEPREFIX": str(own)}})
     assert not list(own.rglob("*.pyc"))  # the user's prefix, the user's rule: nothing written there
+
+
+def test_the_private_cache_is_refused_where_another_user_could_put_code_in_it(tmp_path, monkeypatch):
+    """Code is run from that cache, by root on a shared node too: a folder of the path that another
+    user owns, a link planted in it, or a root others may rename folders out of is no private cache
+    (the probes then compile from source as before); a sticky shared root such as /tmp is fine."""
+    from dflashdoctor.bytecode import private_pycache
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    site = tmp_path / "site"
+    (site / "bare_pkg").mkdir(parents=True)
+    (site / "bare_pkg" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site))
+
+    def cache_under(root: Path):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(root))
+        return private_pycache(("bare_pkg",))
+
+    assert cache_under(tmp_path / "mine") == tmp_path / "mine" / "dflashdoctor" / "pycache"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert cache_under(shared) is None  # others could rename our folder away and put theirs there
+    shared.chmod(0o1777)
+    assert cache_under(shared) == shared / "dflashdoctor" / "pycache"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "dflashdoctor").symlink_to(elsewhere)
+    assert cache_under(tmp_path / "linked") is None
+    if os.geteuid() == 0:  # another user's folder on the path
+        theirs = tmp_path / "theirs"
+        (theirs / "dflashdoctor").mkdir(parents=True)
+        os.chown(theirs / "dflashdoctor", 65534, 65534)
+        assert cache_under(theirs) is None
