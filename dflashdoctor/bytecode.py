@@ -152,7 +152,8 @@ def private_pycache(packages: tuple[str, ...]) -> Path | None:
         return None
     if all(_has_bytecode(package) for package in packages):
         return None
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    given = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(given) if os.path.isabs(given) else Path.home() / ".cache"  # a relative one is invalid (XDG)
     cache = root / "dflashdoctor" / "pycache"
     try:
         cache.mkdir(mode=0o700, parents=True, exist_ok=True)

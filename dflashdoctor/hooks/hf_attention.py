@@ -68,6 +68,24 @@ def is_linear_attention_module(module: torch.nn.Module) -> bool:
     return is_attention_module(module) and any(part in name for part in ("DeltaNet", "Mamba", "Linear"))
 
 
+def _closed_over(function: object, name: str) -> object | None:
+    """The value a function's closure holds under `name`, if it has one."""
+    closure = getattr(function, "__closure__", None)
+    code = getattr(function, "__code__", None)
+    if not callable(function) or not closure or code is None:
+        return None
+    return dict(zip(code.co_freevars, (cell.cell_contents for cell in closure), strict=False)).get(name)
+
+
+def _hub_wrapper(value: object) -> object | None:
+    """transformers' fallback wrapper behind a module-level name. Up to 5.24 the name is the wrapper;
+    from 5.25, where the `kernels` package is installed, it is a small nn.Module whose forward
+    closes over the wrapper as `func`."""
+    if isinstance(value, torch.nn.Module):
+        value = _closed_over(type(value).forward, "func")
+    return value if callable(value) and hasattr(value, "__wrapped__") else None
+
+
 def kernel_impl(module: torch.nn.Module) -> str | None:
     """What a transformers layer's hub-kernel functions resolve to: an FLA kernel or the torch fallback.
 
@@ -78,11 +96,7 @@ def kernel_impl(module: torch.nn.Module) -> str | None:
     home = sys.modules.get(type(module).__module__)
     packages = set()
     for value in vars(home).values() if home else ():
-        closure = getattr(value, "__closure__", None)
-        if not callable(value) or not hasattr(value, "__wrapped__") or not closure:
-            continue
-        free = dict(zip(value.__code__.co_freevars, (cell.cell_contents for cell in closure), strict=False))
-        implementation = free.get("implementation")
+        implementation = _closed_over(_hub_wrapper(value), "implementation")
         if implementation is not None:
             packages.add((getattr(implementation, "__module__", "") or "").split(".")[0])
     kernels = sorted(p for p in packages if p and p != "transformers")

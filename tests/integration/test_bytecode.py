@@ -189,6 +189,11 @@ def test_the_private_cache_is_refused_where_another_user_could_put_code_in_it(tm
         return private_pycache(("bare_pkg",))
 
     assert cache_under(tmp_path / "mine") == tmp_path / "mine" / "dflashdoctor" / "pycache"
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_under(Path("relative")) == tmp_path / "home" / ".cache" / "dflashdoctor" / "pycache"
+    assert not list((tmp_path / "cwd").iterdir())  # nothing made in the folder the user stands in
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
