@@ -7,7 +7,8 @@ what its critical path is. This script puts a `sitecustomize` on the path of eve
 the gate starts: each records when it started (or was forked) and when it ended, on the system-wide
 monotonic clock, and in profile mode runs cProfile on its main thread until it ends (also through
 `os._exit`, as the probes end). Diagnosis only: the gate itself is unchanged, and the timings under
---profile are inflated by the profiler (times without it come first).
+--profile are inflated by the profiler (times without it come first). The hook stands in for any
+sitecustomize of the interpreter's own (an image's apport hook, on the H200: 0.04 s of start-up).
 
     python3 benchmarks/gate_profile.py --out DIR [--repeats 2] [--profile] [--package DIR]
 

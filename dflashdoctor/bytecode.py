@@ -33,17 +33,17 @@ DOCTOR_PACKAGES = ("dflashdoctor", "typer", "click", "rich")
 # Set in a probe's environment where the doctor gave it the private cache: the user's own
 # PYTHONDONTWRITEBYTECODE, so that `env` reports the interpreter as the user's processes have it.
 GIVEN_VARIABLE = "DFLASHDOCTOR_BYTECODE_GIVEN"
-_OWN: dict[str, Any] = {}  # this process's settings before keep_own_bytecode changed them
+_OWN_CHANGED: list[bool] = []  # set once keep_own_bytecode moved this process onto the private cache
 
 
 def users_settings() -> tuple[bool, str | None, str | None]:
     """(dont_write_bytecode, pycache_prefix, PYTHONDONTWRITEBYTECODE) as the user's own processes
     have them, not as the doctor changed them for itself or its probes. It changes them only where
-    PYTHONDONTWRITEBYTECODE is set and no prefix is: that is then what the user has."""
+    bytecode may not be written and no prefix is set: then the user's are (True, None, the variable)."""
     if GIVEN_VARIABLE in os.environ:
         return True, None, os.environ[GIVEN_VARIABLE]
-    if _OWN:
-        return _OWN["dont_write_bytecode"], _OWN["pycache_prefix"], os.environ.get("PYTHONDONTWRITEBYTECODE")
+    if _OWN_CHANGED:
+        return True, None, os.environ.get("PYTHONDONTWRITEBYTECODE")
     return sys.dont_write_bytecode, sys.pycache_prefix, os.environ.get("PYTHONDONTWRITEBYTECODE")
 
 
@@ -66,16 +66,17 @@ def _current(source: Path, compiled: Path) -> bool:
 
 
 def _bytecode_path(source: Path) -> Path | None:
-    """Where the user's processes read its bytecode: importlib's rule under the user's prefix (set
-    for the one call: a probe's own may be the doctor's private cache)."""
-    ours = sys.pycache_prefix
-    sys.pycache_prefix = users_settings()[1]
+    """Where the user's processes read its bytecode. This process may read its own from the
+    doctor's private cache, where the user's read theirs beside the source (`__pycache__`); the file
+    name is the same either way. (No swapping of sys.pycache_prefix: the gate starts probes from
+    several threads, and another thread's import would read or write in the wrong place.)"""
     try:
-        return Path(importlib.util.cache_from_source(str(source)))
+        compiled = Path(importlib.util.cache_from_source(str(source)))
     except NotImplementedError:  # an implementation with no bytecode cache (cache_tag is None)
         return None
-    finally:
-        sys.pycache_prefix = ours
+    if sys.pycache_prefix and users_settings()[1] is None:
+        return source.parent / "__pycache__" / compiled.name
+    return compiled
 
 
 def _writable(package_dir: Path) -> bool:
@@ -181,8 +182,8 @@ def keep_own_bytecode() -> None:
     """The doctor's own process, before it imports its CLI: under the same conditions as its probes,
     it reads and writes the bytecode of what it imports from here on in its private cache. Only the
     console entry calls this, never a process that imports dflashdoctor as a library."""
-    cache = private_pycache(DOCTOR_PACKAGES)
+    cache = None if sys.pycache_prefix else private_pycache(DOCTOR_PACKAGES)  # `-X pycache_prefix`: the user's
     if cache is not None:
-        _OWN.update(dont_write_bytecode=sys.dont_write_bytecode, pycache_prefix=sys.pycache_prefix)
+        _OWN_CHANGED.append(True)
         sys.pycache_prefix = str(cache)
         sys.dont_write_bytecode = False

@@ -111,10 +111,11 @@ def _env() -> dict[str, str]:
 
 def bytecode_env(python: str, packages: tuple[str, ...] = PROBE_PACKAGES) -> dict[str, str]:
     """Bytecode for probes where the interpreter keeps none. An image that sets
-    PYTHONDONTWRITEBYTECODE and ships torch without bytecode makes every probe compile torch,
-    dynamo and Inductor from source (seconds each, on an H200 of this workplace); probes then keep
-    theirs in a cache of this user's (PYTHONPYCACHEPREFIX), leaving the install untouched. Only for
-    this interpreter (another --python is not looked into), and never over a prefix the user set."""
+    PYTHONDONTWRITEBYTECODE and ships torch (or sympy, transformers: bytecode.PROBE_PACKAGES) without
+    bytecode makes every probe compile them from source (seconds each, on an H200 of this
+    workplace); probes then keep theirs in a cache of this user's (PYTHONPYCACHEPREFIX), leaving the
+    install untouched. Only for this interpreter (another --python is not looked into), and never
+    over a prefix the user set."""
     cache = private_pycache(packages) if python == sys.executable else None
     if cache is None:
         return {}

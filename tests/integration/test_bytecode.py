@@ -169,6 +169,10 @@ def test_the_doctors_own_process_keeps_its_bytecode_where_the_install_has_none(t
     own = tmp_path / "users-own"
     subprocess.run(version, **{**run, "env": {**env, "PYTHONPYCACHEPREFIX": str(own)}})
     assert not list(own.rglob("*.pyc"))  # the user's prefix, the user's rule: nothing written there
+    given = [sys.executable, "-X", f"pycache_prefix={own}", "-m", "dflashdoctor", "--version"]
+    shutil.rmtree(prefix)
+    subprocess.run(given, **run)  # a prefix given on the command line is the user's too
+    assert not prefix.exists()
 
 
 def test_the_private_cache_is_refused_where_another_user_could_put_code_in_it(tmp_path, monkeypatch):
