@@ -33,6 +33,7 @@ from dflashdoctor.output import destination_problem, emit, new_report_dir
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
 from dflashdoctor.safe_text import encodable, without_controls
+from dflashdoctor.session import run_probe_command
 
 app = typer.Typer(
     name="dflashdoctor",
@@ -100,7 +101,7 @@ def _argv() -> list[str]:
 
 def _probe(name: str, options: object, json_output: bool, report_dir: Path | None, verbose: bool) -> None:
     """Run one command's probe (looked up in the registry), show or write its report, exit with its code."""
-    report = PROBES[name].command(options, _argv(), None)
+    report = run_probe_command(PROBES[name], options, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
 
 
@@ -322,7 +323,7 @@ def run_command(
         part=part,
         merge_wait_s=merge_wait,
     )
-    report = PROBES["run"].command(options, _argv(), None)
+    report = run_probe_command(PROBES["run"], options, _argv())
     code = emit(report, json_output=json_output, report_dir=directory, verbose=verbose)
     raise typer.Exit(merge_when_first(options, code, _argv()))
 

@@ -2,8 +2,10 @@
 is judged, the script the probed interpreter runs, and what it needs there.
 
 Each command module declares its `SPEC`; `registry.PROBES` collects them. The CLI, the gate and the
-runner read a probe from there, so adding a probe is one command module, one probe script, one
-observations class and one judge, wired in one visible place.
+runner read a probe from there. A probe whose work is all in its script needs no command function of
+its own: `session.run_probe_command` runs any spec from its hooks (validate, the script's config,
+the report's subject). The gate's mapping from its configuration to a probe's options lives in the
+gate (`gate/probe_options.py`), so no command knows the gate.
 """
 
 from __future__ import annotations
@@ -16,16 +18,41 @@ from dflashdoctor.budgets import Budgets
 from dflashdoctor.report import ProbeResult, Report
 
 
+def _no_problem(_options: Any) -> None:
+    return None
+
+
+def _no_subject(_options: Any) -> dict[str, str]:
+    return {}
+
+
+def _no_variables(_options: Any) -> dict[str, str]:
+    return {}
+
+
+def _default_budgets(_options: Any) -> Budgets:
+    return Budgets()
+
+
 @dataclass(frozen=True)
 class ProbeSpec:
     name: str
     options: type  # the command's options dataclass: every default of the probe lives there
     observations: type  # what the probe reports (observations.py), loaded before judging
     judge: Callable[[Any, Budgets], list[ProbeResult]]
-    command: Callable[[Any, list[str], Budgets], Report]  # options, argv, budgets -> the probe's own report
     script: str | None  # probes/<script> in the probed interpreter; None: the doctor's side does the work
-    # The gate's configuration, the probed interpreter (--python) and machine (--ssh) -> options.
-    from_gate: Callable[[Any, str | None, str | None], Any] | None = None
+    # The options as the probe's script reads them (JSON). None: the probe has its own `command`.
+    probe_config: Callable[[Any], dict[str, Any]] | None = None
+    # Bad input said before a probe starts (raises BadInput); the probe checks the rest.
+    validate: Callable[[Any], None] = _no_problem
+    # What the report says it looked at (`target`, `requested_device`, ...), from the options.
+    subject: Callable[[Any], dict[str, str]] = _no_subject
+    # Environment variables the script needs set before it starts.
+    variables: Callable[[Any], dict[str, str]] = _no_variables
+    # The budgets when the command runs alone (the gate passes its own).
+    budgets: Callable[[Any], Budgets] = _default_budgets
+    # options, argv, budgets -> the probe's own report; None: session.run_probe_command
+    command: Callable[[Any, list[str], Budgets | None], Report] | None = None
     # packages whose absence there means the probe does not apply, and why
     skipped_without: dict[str, str] = field(default_factory=dict)
     # run here by the gate, it is forked from the probe host (forkserver/): it imports torch, and sets

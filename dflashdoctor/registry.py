@@ -8,4 +8,3 @@ from dflashdoctor.probe_spec import ProbeSpec
 PROBES: dict[str, ProbeSpec] = {
     spec.name: spec for spec in (env.SPEC, check_compile.SPEC, trace_attention.SPEC, race.SPEC, cache.SPEC, run.SPEC)
 }
-GATE_PROBES = tuple(name for name, spec in PROBES.items() if spec.from_gate is not None)

@@ -41,6 +41,31 @@ def new_report(command: str, argv: list[str]) -> Report:
     )
 
 
+def run_probe_command(spec: ProbeSpec, options: Any, argv: list[str], budgets: Budgets | None = None) -> Report:
+    """Any probe command from its spec: bad input said first, then the probe in the probed interpreter
+    (`options.python`, `options.ssh`), judged against `budgets` (the gate's) or the spec's own, into
+    a report of its own."""
+    if spec.command is not None:
+        return spec.command(options, argv, budgets)
+    assert spec.probe_config is not None, f"{spec.name} has neither a probe config nor a command"
+    spec.validate(options)
+    python = probe_python(options.python, options.ssh)
+    started = time.monotonic()
+    report = new_report(spec.name, argv)
+    report.environment.update(spec.subject(options))
+    probe_into_report(
+        report,
+        spec,
+        spec.probe_config(options),
+        python=python,
+        timeout_s=options.timeout_s,
+        budgets=budgets or spec.budgets(options),
+        env=spec.variables(options),
+        ssh=options.ssh,
+    )
+    return finish(report, started)
+
+
 def finish(report: Report, started_monotonic: float) -> Report:
     report.duration_s = round(time.monotonic() - started_monotonic, 3)
     report.settle_verdict()

@@ -10,7 +10,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.cache import quarantine as q
@@ -26,9 +26,6 @@ from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.report import Report
 from dflashdoctor.safe_fs import Untrusted, refused_because
 from dflashdoctor.session import PROBE_TIMEOUT_S, finish, new_report, probe_into_report, probe_python
-
-if TYPE_CHECKING:
-    from dflashdoctor.gate.config import GateConfig
 
 ACTIONS = ("check", "fix", "restore")
 
@@ -110,16 +107,6 @@ def _check_there(options: CacheOptions, argv: list[str], budgets: Budgets) -> Re
     return finish(report, started)
 
 
-def from_gate(config: GateConfig, python: str | None, ssh: str | None) -> CacheOptions:
-    return CacheOptions(
-        "check",
-        Path(config.triton_dir) if config.triton_dir else None,
-        Path(config.inductor_dir) if config.inductor_dir else None,
-        python=python,
-        ssh=ssh,
-    )
-
-
 SPEC = ProbeSpec(
     name="cache",
     options=CacheOptions,
@@ -127,7 +114,6 @@ SPEC = ProbeSpec(
     judge=judge,
     command=cache,
     script="cache_check.py",  # --ssh; on this machine the command scans in its own process
-    from_gate=from_gate,
 )
 
 

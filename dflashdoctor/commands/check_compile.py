@@ -1,10 +1,9 @@
-"""`check-compile`: run the check-compile probe in a child process and judge what it saw."""
+"""`check-compile`: its options, what is bad input before a probe starts, and the probe's config."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.errors import BadInput
@@ -13,12 +12,8 @@ from dflashdoctor.limits import MAX_VARY, count_problem
 from dflashdoctor.observations import CheckCompileObservations
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.reference import DEFAULT_TARGET
-from dflashdoctor.report import Report
-from dflashdoctor.session import PROBE_TIMEOUT_S, finish, new_report, probe_into_report, probe_python
+from dflashdoctor.session import PROBE_TIMEOUT_S
 from dflashdoctor.shapes import DEVICES, DTYPES, MASKS, AttentionShape, shape_problem, shape_with
-
-if TYPE_CHECKING:
-    from dflashdoctor.gate.config import GateConfig
 
 
 @dataclass
@@ -67,37 +62,13 @@ def probe_config(options: CheckCompileOptions) -> dict[str, Any]:
     }
 
 
-def check_compile(options: CheckCompileOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
-    """`budgets`: the gate's; alone, the defaults with --max-recompiles."""
-    validate(options)
-    python = probe_python(options.python, options.ssh)
-    started = time.monotonic()
-    report = new_report("check-compile", argv)
-    report.environment.update(target=options.target, requested_device=options.device)
-    probe_into_report(
-        report,
-        SPEC,
-        probe_config(options),
-        python=python,
-        timeout_s=options.timeout_s,
-        budgets=budgets or Budgets(max_recompiles=options.max_recompiles),
-        ssh=options.ssh,
-    )
-    return finish(report, started)
+def subject(options: CheckCompileOptions) -> dict[str, str]:
+    return {"target": options.target, "requested_device": options.device}
 
 
-def from_gate(config: GateConfig, python: str | None, ssh: str | None) -> CheckCompileOptions:
-    return CheckCompileOptions(
-        target=config.target,
-        device=config.device,
-        shape=config.shape,
-        mask=config.mask,
-        vary=config.vary,
-        max_recompiles=config.max_recompiles,
-        python=python,
-        ssh=ssh,
-        timeout_s=config.timeout,
-    )
+def budgets(options: CheckCompileOptions) -> Budgets:
+    """Alone, the defaults with --max-recompiles; the gate passes its own."""
+    return Budgets(max_recompiles=options.max_recompiles)
 
 
 SPEC = ProbeSpec(
@@ -105,8 +76,10 @@ SPEC = ProbeSpec(
     options=CheckCompileOptions,
     observations=CheckCompileObservations,
     judge=judge,
-    command=check_compile,
     script="check_compile.py",
-    from_gate=from_gate,
+    probe_config=probe_config,
+    validate=validate,
+    subject=subject,
+    budgets=budgets,
     forked_in_gate=True,
 )

@@ -28,12 +28,13 @@ from dflashdoctor.gate.config import GateConfig, load_config
 from dflashdoctor.gate.hostfile import Node
 from dflashdoctor.gate.merge import drop_repeated_findings
 from dflashdoctor.gate.nodes import gate_nodes, nodes_report
+from dflashdoctor.gate.probe_options import OPTIONS_FROM_GATE
 from dflashdoctor.gate.run_smoke import remote_run_section, run_command, run_section, single_node_form
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.runner import RUNNING, probe_env, resolve_python
 from dflashdoctor.runs.launch import resolve_command
-from dflashdoctor.session import finish, new_report, probe_python
+from dflashdoctor.session import finish, new_report, probe_python, run_probe_command
 
 
 @dataclass
@@ -53,9 +54,8 @@ def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -
     """One probe's own report, run as its command would run it, judged against the gate's budgets."""
     spec = PROBES[name]
     argv = ["dflashdoctor", "gate", name]
-    assert spec.from_gate is not None, f"{name} is not a gate probe"
     try:
-        return spec.command(spec.from_gate(config, python, ssh), argv, config.budgets())
+        return run_probe_command(spec, OPTIONS_FROM_GATE[name](config, python, ssh), argv, config.budgets())
     except MissingPackage as exc:
         if exc.package not in spec.skipped_without:
             raise

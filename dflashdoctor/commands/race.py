@@ -1,24 +1,17 @@
-"""`race`: run the race probe in a child process (triton's interpreter for the stub kernel) and judge it."""
+"""`race`: its options, what is bad input before the probe starts, and the probe's config."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dflashdoctor.autotune import FIXES, KERNELS
-from dflashdoctor.budgets import Budgets
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.race import judge
 from dflashdoctor.limits import MAX_TRIALS, count_problem
 from dflashdoctor.observations import RaceObservations
 from dflashdoctor.probe_spec import ProbeSpec
-from dflashdoctor.report import Report
-from dflashdoctor.session import finish, new_report, probe_into_report, probe_python
-
-if TYPE_CHECKING:
-    from dflashdoctor.gate.config import GateConfig
 
 MAX_THREADS = 64
 _PROBE_MARGIN_S = 60.0  # of --timeout, for the probe's own start, audit and report
@@ -71,29 +64,14 @@ def probe_config(options: RaceOptions) -> dict[str, Any]:
     }
 
 
-def race(options: RaceOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
-    validate(options)
-    python = probe_python(options.python, options.ssh)
-    started = time.monotonic()
-    report = new_report("race", argv)
-    report.environment.update(target=f"{options.kernel} kernel, {options.threads} threads, fix {options.fix}")
-    probe_into_report(
-        report,
-        SPEC,
-        probe_config(options),
-        python=python,
-        timeout_s=options.timeout_s,
-        budgets=budgets or Budgets(),
-        # The stub kernel runs in triton's interpreter, which `triton.jit` picks as it decorates the
-        # kernel; real kernels run in child processes that set it only where there is no GPU.
-        env={"TRITON_INTERPRET": "1"} if options.kernel == "stub" else {},
-        ssh=options.ssh,
-    )
-    return finish(report, started)
+def subject(options: RaceOptions) -> dict[str, str]:
+    return {"target": f"{options.kernel} kernel, {options.threads} threads, fix {options.fix}"}
 
 
-def from_gate(config: GateConfig, python: str | None, ssh: str | None) -> RaceOptions:
-    return RaceOptions(python=python, ssh=ssh, timeout_s=config.timeout)
+def variables(options: RaceOptions) -> dict[str, str]:
+    """The stub kernel runs in triton's interpreter, which `triton.jit` picks as it decorates the
+    kernel; real kernels run in child processes that set it only where there is no GPU."""
+    return {"TRITON_INTERPRET": "1"} if options.kernel == "stub" else {}
 
 
 SPEC = ProbeSpec(
@@ -101,9 +79,11 @@ SPEC = ProbeSpec(
     options=RaceOptions,
     observations=RaceObservations,
     judge=judge,
-    command=race,
     script="race.py",
-    from_gate=from_gate,
+    probe_config=probe_config,
+    validate=validate,
+    subject=subject,
+    variables=variables,
     skipped_without={"triton": "no triton autotuner to race"},
     forked_in_gate=True,
 )

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-from dflashdoctor.budgets import Budgets
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.trace_attention import judge
 from dflashdoctor.limits import MAX_STEPS, count_problem
@@ -15,12 +13,8 @@ from dflashdoctor.models import SCALES, config_source
 from dflashdoctor.observations import TraceAttentionObservations
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.reference import DRAFTER_FAULTS
-from dflashdoctor.report import Report
-from dflashdoctor.session import PROBE_TIMEOUT_S, finish, new_report, probe_into_report, probe_python
+from dflashdoctor.session import PROBE_TIMEOUT_S
 from dflashdoctor.shapes import DEVICES
-
-if TYPE_CHECKING:
-    from dflashdoctor.gate.config import GateConfig
 
 DEFAULT_MODEL = "qwen27b"
 _SCRIPT_BYTES = 64 << 20  # a script larger than this is no training script
@@ -79,9 +73,16 @@ def validate(options: TraceAttentionOptions) -> None:
         config_source(options.model)  # a spec that names no preset or readable config is bad input
 
 
+def traced_model(options: TraceAttentionOptions) -> str | None:
+    """The model preset traced: the one named, else the default when nothing else is traced."""
+    if options.model is None and options.script is None and not options.drafter:
+        return DEFAULT_MODEL
+    return options.model
+
+
 def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
     return {
-        "model": options.model,
+        "model": traced_model(options),
         "scale": options.scale,
         "device": options.device,
         "backward": options.backward,
@@ -95,41 +96,12 @@ def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
     }
 
 
-def trace_attention(options: TraceAttentionOptions, argv: list[str], budgets: Budgets | None = None) -> Report:
-    if options.model is None and options.script is None and not options.drafter:
-        options = replace(options, model=DEFAULT_MODEL)
-    validate(options)
-    python = probe_python(options.python, options.ssh)
-    started = time.monotonic()
-    report = new_report("trace-attention", argv)
-    traced = [f"model {options.model}"] if options.model else []
+def subject(options: TraceAttentionOptions) -> dict[str, str]:
+    model = traced_model(options)
+    traced = [f"model {model}"] if model else []
     traced += ["reference drafter" + (f" ({options.drafter_fault})" if options.drafter_fault else "")] * options.drafter
     traced += [f"script {options.script}"] if options.script else []
-    report.environment.update(target=" + ".join(traced), requested_device=options.device)
-    probe_into_report(
-        report,
-        SPEC,
-        probe_config(options),
-        python=python,
-        timeout_s=options.timeout_s,
-        budgets=budgets or Budgets(),
-        ssh=options.ssh,
-    )
-    return finish(report, started)
-
-
-def from_gate(config: GateConfig, python: str | None, ssh: str | None) -> TraceAttentionOptions:
-    """The team's step script, else the configured model, else the reference drafter step."""
-    return TraceAttentionOptions(
-        model=config.model,
-        script=config.script,
-        drafter=config.model is None and config.script is None,
-        expect_wrapper=config.expect_wrapper,
-        device=config.device,
-        python=python,
-        ssh=ssh,
-        timeout_s=config.timeout,
-    )
+    return {"target": " + ".join(traced), "requested_device": options.device}
 
 
 SPEC = ProbeSpec(
@@ -137,8 +109,9 @@ SPEC = ProbeSpec(
     options=TraceAttentionOptions,
     observations=TraceAttentionObservations,
     judge=judge,
-    command=trace_attention,
     script="trace_attention.py",
-    from_gate=from_gate,
+    probe_config=probe_config,
+    validate=validate,
+    subject=subject,
     forked_in_gate=True,
 )
