@@ -14,10 +14,42 @@ from __future__ import annotations
 import sys
 import types
 import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, TypeVar
 
+from dflashdoctor.records import (
+    BytecodeRecord,
+    CacheRootRecord,
+    ClassAuditRecord,
+    CompileRecord,
+    ConcurrentEntryRecord,
+    FlaState,
+    GpuRecord,
+    KernelTrialRecord,
+    LiveAutotuner,
+    Numerics,
+    OomRecord,
+    PhaseRecord,
+    ProcessesRecord,
+    ReferenceTarget,
+    ShapeRecord,
+    SourceSite,
+    TargetError,
+    TargetRecord,
+    TracedDrafter,
+    TracedModel,
+    TracedScript,
+    TrialRecord,
+)
+
 T = TypeVar("T")
+
+
+NOT_WRITTEN = {"written": False}  # a field's metadata: the process's own state, never in the JSON
+
+
+def _written(cls: Any) -> list[Any]:
+    return [f for f in fields(cls) if f.metadata.get("written", True)]
 
 
 class ObservationsError(ValueError):
@@ -35,10 +67,10 @@ class DenseEvent:
     dtype: str
     device: str
     score_matrix_bytes: int
-    site: dict[str, Any] | None
+    site: SourceSite | None
     stack: list[str] = field(default_factory=list)
     thread: str = ""
-    forward_site: dict[str, Any] | None = None  # the forward call site it was charged to, if any
+    forward_site: SourceSite | None = None  # the forward call site it was charged to, if any
     peak_bytes: int | None = None  # CUDA memory the kernel added at its peak, when measured
     # How flex_attention reached its dense kernel, read off the stack (flex_dense.ROUTES); a
     # backward takes its forward's. None: the stack had none of the frames that tell.
@@ -46,12 +78,10 @@ class DenseEvent:
     layer: str | None = None  # the dotted nn.Module name that made the call, when the recorder names modules
     # The blocks (expect_fused, record) this call is older work than: its thread was running the
     # same work when they opened (flex_dense.DenseFlexRecorder.watch_older_work). Not written out.
-    older_than: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    older_than: tuple[int, ...] = field(default=(), repr=False, compare=False, metadata=NOT_WRITTEN)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("older_than")
-        return data
+        return dump(self)
 
 
 @dataclass
@@ -86,22 +116,22 @@ class CheckCompileObservations:
     device_name: str = "cpu"
     torch: str | None = None
     python: str | None = None
-    shape: dict[str, Any] = field(default_factory=dict)  # AttentionShape's fields
+    shape: ShapeRecord = field(default_factory=dict)  # type: ignore[assignment]
     mask: str = "dflash"
     backward_checked: bool = False
-    target: dict[str, Any] = field(default_factory=dict)  # targets.TargetInfo
+    target: TargetRecord = field(default_factory=dict)  # type: ignore[assignment]
     hook_unavailable: str | None = None
     dynamo_watch_unavailable: str | None = None
     recompile_limit: int | None = None
-    phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # "target:first", "eager:backward", ...
-    numerics: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, PhaseRecord] = field(default_factory=dict)  # keyed by probes/check_compile's PHASES
+    numerics: Numerics = field(default_factory=dict)  # type: ignore[assignment]
     vary: list[VaryCall] = field(default_factory=list)
     dense_events: list[DenseEvent] = field(default_factory=list)
-    compiles: list[dict[str, Any]] = field(default_factory=list)
+    compiles: list[CompileRecord] = field(default_factory=list)
     graph_breaks: dict[str, int] = field(default_factory=dict)
     graph_break_sites: list[GraphBreakSite] = field(default_factory=list)
-    oom: list[dict[str, Any]] = field(default_factory=list)  # one record per phase that ran out of memory
-    target_error: dict[str, Any] | None = None
+    oom: list[OomRecord] = field(default_factory=list)  # one record per phase that ran out of memory
+    target_error: TargetError | None = None
     import_s: float | None = None
     setup_s: float | None = None
 
@@ -116,17 +146,17 @@ class TraceAttentionObservations:
     python: str | None = None
     transformers: str | None = None
     expect_wrapper: str | None = None
-    traced_model: dict[str, Any] | None = None
-    traced_drafter: dict[str, Any] | None = None
-    traced_script: dict[str, Any] | None = None
-    compiles: list[dict[str, Any]] = field(default_factory=list)
+    traced_model: TracedModel | None = None
+    traced_drafter: TracedDrafter | None = None
+    traced_script: TracedScript | None = None
+    compiles: list[CompileRecord] = field(default_factory=list)
     graph_breaks: dict[str, int] = field(default_factory=dict)
     graph_break_sites: list[GraphBreakSite] = field(default_factory=list)
     dynamo_disabled: bool = False
     dense_events: list[DenseEvent] = field(default_factory=list)
     hook_unavailable: str | None = None
 
-    def parts(self) -> list[dict[str, Any]]:
+    def parts(self) -> list[TracedModel | TracedDrafter | TracedScript]:
         return [p for p in (self.traced_model, self.traced_drafter, self.traced_script) if p]
 
 
@@ -141,16 +171,16 @@ class RaceObservations:
     kernel: str = "stub"
     threads: int = 2
     fix: str = "none"
-    audit: list[dict[str, Any]] = field(default_factory=list)  # autotune.audit.ClassAudit
-    forced_unfixed: dict[str, Any] | None = None  # autotune.trials.Trial
-    forced_fixed: dict[str, Any] | None = None
-    natural: list[dict[str, Any]] = field(default_factory=list)
-    processes: dict[str, Any] | None = None
+    audit: list[ClassAuditRecord] = field(default_factory=list)
+    forced_unfixed: TrialRecord | None = None
+    forced_fixed: TrialRecord | None = None
+    natural: list[TrialRecord] = field(default_factory=list)
+    processes: ProcessesRecord | None = None
     kernel_skipped: str | None = None
-    live_autotuners: Any = None
+    live_autotuners: list[LiveAutotuner] | None = None
     devices: list[str] = field(default_factory=list)
-    reference: dict[str, Any] | None = None
-    kernel_trials: list[dict[str, Any]] | None = None  # autotune.kernel_runs: each tuned cold
+    reference: ReferenceTarget | None = None
+    kernel_trials: list[KernelTrialRecord] | None = None  # autotune.kernel_runs: each tuned cold
 
 
 @dataclass
@@ -161,15 +191,15 @@ class EnvObservations:
     packages: dict[str, str | None] = field(default_factory=dict)
     driver: str | None = None
     variables: dict[str, str] = field(default_factory=dict)
-    cache_roots: list[dict[str, Any]] = field(default_factory=list)
-    bytecode: dict[str, Any] = field(default_factory=dict)
-    fla: dict[str, Any] | None = None
+    cache_roots: list[CacheRootRecord] = field(default_factory=list)
+    bytecode: BytecodeRecord = field(default_factory=dict)  # type: ignore[assignment]
+    fla: FlaState | None = None
     torch: str | None = None
     import_torch_s: float | None = None
     cuda: str | None = None
     cudnn: int | str | None = None
     cuda_available: bool = False
-    gpus: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[GpuRecord] = field(default_factory=list)
     recompile_limit: int | None = None
     dynamo_disabled: bool | None = None
 
@@ -182,47 +212,128 @@ class BlockObservations:
 
     dense_events: list[DenseEvent] = field(default_factory=list)
     dense_dropped: int = 0  # counted but no longer kept (past the hook's bound)
-    compiles: list[dict[str, Any]] = field(default_factory=list)
-    earlier_compiles: list[dict[str, Any]] = field(default_factory=list)
-    autotuner_overlaps: list[dict[str, Any]] = field(default_factory=list)  # hooks.autotuner_guard.ConcurrentEntry
+    compiles: list[CompileRecord] = field(default_factory=list)
+    earlier_compiles: list[CompileRecord] = field(default_factory=list)
+    autotuner_overlaps: list[ConcurrentEntryRecord] = field(default_factory=list)
     dynamo_disabled: bool = False
     recompile_limit: int | None = None
     unavailable: list[str] = field(default_factory=list)
 
 
-def load(cls: type[T], data: Any) -> T:
-    """`cls` (a dataclass) from its JSON form, nested dataclasses included."""
+def load(cls: type[T], data: Any, *, strict: bool = False) -> T:
+    """`cls` (a dataclass) from its JSON form, nested dataclasses included.
+
+    `strict` (what the probes of this version write, and every recording the tests read): a key
+    `cls` does not know, a key it has that is missing, or a value of another type than its hint,
+    at any depth (the records of records.py included), is an ObservationsError naming where. A
+    probe that renames a key then fails its tests instead of being judged on a default. Not strict
+    (an `observations.json` kept from another version): unknown keys are ignored, missing fields
+    take their defaults, and records are taken as they are."""
+    return _load(cls, data, strict, cls.__name__)
+
+
+def _load(cls: type[T], data: Any, strict: bool, where: str) -> T:
     if not isinstance(data, dict):
-        raise ObservationsError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+        raise ObservationsError(f"{where}: expected an object, got {type(data).__name__}")
     hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
-    values = {f.name: _typed(hints[f.name], data[f.name]) for f in fields(cls) if f.name in data}  # type: ignore[arg-type]
-    missing = [
-        f.name
-        for f in fields(cls)  # type: ignore[arg-type]
-        if f.name not in values and f.default is MISSING and f.default_factory is MISSING
-    ]
+    known = _written(cls)
+    if strict:
+        _exact_keys(where, set(data), {f.name for f in known}, {f.name for f in known})
+    values = {f.name: _typed(hints[f.name], data[f.name], strict, f"{where}.{f.name}") for f in known if f.name in data}
+    missing = [f.name for f in known if f.name not in values and f.default is MISSING and f.default_factory is MISSING]
     if missing:
-        raise ObservationsError(f"{cls.__name__}: missing {', '.join(missing)}")
+        raise ObservationsError(f"{where}: missing {', '.join(missing)}")
     return cls(**values)
 
 
-def _typed(hint: Any, value: Any) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if isinstance(hint, type) and is_dataclass(hint):
-        return load(hint, value)
-    if origin is list and isinstance(value, list) and args:
-        return [_typed(args[0], item) for item in value]
-    if origin is tuple and isinstance(value, list | tuple) and len(args) == len(value):
-        return tuple(_typed(arg, item) for arg, item in zip(args, value, strict=True))
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        for arg in args:  # the first dataclass member that fits a dict; anything else as it came
-            if isinstance(arg, type) and is_dataclass(arg) and isinstance(value, dict):
-                return load(arg, value)
+def _exact_keys(where: str, given: set[Any], known: set[str], required: set[str]) -> None:
+    unknown = sorted(map(str, given - known))
+    if unknown:
+        raise ObservationsError(f"{where}: unknown key {', '.join(map(repr, unknown))}")
+    missing = sorted(required - given)
+    if missing:
+        raise ObservationsError(f"{where}: missing {', '.join(map(repr, missing))}")
+
+
+def _record(hint: Any, value: Any, strict: bool, where: str) -> Any:
+    """A records.py TypedDict: checked key by key when strict (its NotRequired keys may be absent),
+    taken as it is otherwise."""
+    if not strict:
+        return value
+    if not isinstance(value, dict):
+        raise ObservationsError(f"{where}: expected an object, got {type(value).__name__}")
+    hints = typing.get_type_hints(hint, vars(sys.modules[hint.__module__]), include_extras=True)
+    optional = {k for k, h in hints.items() if typing.get_origin(h) is typing.NotRequired}
+    _exact_keys(where, set(value), set(hints), set(hints) - optional)
+    for key, item in value.items():
+        key_hint = hints[key]
+        if key in optional:
+            (key_hint,) = typing.get_args(key_hint)
+        _typed(key_hint, item, strict, f"{where}[{key!r}]")
     return value
 
 
-def dump(observations: Any) -> dict[str, Any]:
-    """The JSON form `load` reads back."""
-    return asdict(observations)
+_SCALARS: dict[type, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+
+
+def _typed(hint: Any, value: Any, strict: bool, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if isinstance(hint, type) and is_dataclass(hint):
+        return _load(hint, value, strict, where)
+    if typing.is_typeddict(hint):
+        return _record(hint, value, strict, where)
+    if origin is list and isinstance(value, list) and args:
+        return [_typed(args[0], item, strict, f"{where}[{i}]") for i, item in enumerate(value)]
+    if origin is dict and isinstance(value, dict) and args:
+        return {key: _typed(args[1], item, strict, f"{where}[{key!r}]") for key, item in value.items()}
+    if origin is tuple and isinstance(value, list | tuple) and len(args) == len(value):
+        return tuple(
+            _typed(arg, item, strict, f"{where}[{i}]") for i, (arg, item) in enumerate(zip(args, value, strict=True))
+        )
+    if origin in (typing.Union, types.UnionType):
+        return _union(args, value, strict, where)
+    if strict:
+        _check_scalar(hint, origin, value, where)
+    return value
+
+
+def _union(args: tuple[Any, ...], value: Any, strict: bool, where: str) -> Any:
+    if value is None and type(None) in args:
+        return None
+    problems = []
+    for arg in args:  # the first member that fits; not strict: the first dataclass that fits a dict
+        if arg is type(None):
+            continue
+        if not strict and not (isinstance(arg, type) and is_dataclass(arg) and isinstance(value, dict)):
+            continue
+        try:
+            return _typed(arg, value, strict, where)
+        except ObservationsError as exc:
+            problems.append(str(exc))
+    if strict:
+        raise ObservationsError(problems[0] if len(problems) == 1 else f"{where}: fits none of {args}")
+    return value
+
+
+def _check_scalar(hint: Any, origin: Any, value: Any, where: str) -> None:
+    """A value against a plain hint: its type (a bool is no number), or the container it names."""
+    if hint is Any:
+        return
+    expected = _SCALARS.get(hint) or ((origin,) if origin in (list, dict, tuple) else None)
+    if hint is type(None):
+        expected = (type(None),)
+    if expected is None:
+        return
+    if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+        raise ObservationsError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
+
+
+def dump(observations: Any) -> Any:
+    """The JSON form `load` reads back (a dataclass's fields but those NOT_WRITTEN, at any depth)."""
+    if is_dataclass(observations) and not isinstance(observations, type):
+        return {f.name: dump(getattr(observations, f.name)) for f in _written(observations)}
+    if isinstance(observations, list | tuple):
+        return [dump(item) for item in observations]
+    if isinstance(observations, dict):
+        return {key: dump(value) for key, value in observations.items()}
+    return observations

@@ -184,7 +184,9 @@ def _judged(run: ProbeRun, spec: ProbeSpec, payload: dict[str, Any] | None, budg
     if "probe_error" in payload:
         return [probe_error_result(run, payload)]
     try:
-        observations = load(spec.observations, payload)
+        # strict: the probe is this version's own (the runner sends it), so a key it wrote that the
+        # judge does not know, or one missing, is our bug, said as one, never judged on a default
+        observations = load(spec.observations, payload, strict=True)
     except ObservationsError as exc:  # the probe wrote something its judge cannot read: our bug
         return [probe_error_result(run, {"probe_error": f"unreadable observations: {exc}"})]
     results = spec.judge(observations, budgets)

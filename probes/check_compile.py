@@ -34,6 +34,7 @@ from dflashdoctor import call_plan, probe_support  # noqa: E402
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch  # noqa: E402
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder  # noqa: E402
 from dflashdoctor.hooks.memory import PeakMemory  # noqa: E402
+from dflashdoctor.observations import CheckCompileObservations, dump  # noqa: E402
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device  # noqa: E402
 from dflashdoctor.reference.masks import build_block_mask  # noqa: E402
 from dflashdoctor.shapes import AttentionShape, shape_problem, shape_with  # noqa: E402
@@ -178,7 +179,7 @@ class CheckCompileProbe:
             }
             raise TargetFailed from exc
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> CheckCompileObservations:
         setup_started = time.perf_counter()
         target, module, attr = resolve(self.config["target"])
         shape = self.shape
@@ -201,29 +202,30 @@ class CheckCompileProbe:
                 vary = self._vary(target)
             except TargetFailed:
                 pass
-        return {
-            "device": self.device,
-            "device_name": torch.cuda.get_device_name() if self.device == "cuda" else "cpu",
-            "torch": torch.__version__,
-            "python": sys.version.split()[0],
-            "shape": shape.to_dict(),
-            "mask": self.config["mask"],
-            "backward_checked": self.backward,
-            "target": info.to_dict(),
-            "hook_unavailable": self.dense.unavailable,
-            "dynamo_watch_unavailable": self.watch.unavailable,
-            "recompile_limit": getattr(torch._dynamo.config, "recompile_limit", None),
-            "phases": self.phases,
-            "numerics": numerics,
-            "vary": vary,
-            "dense_events": [e.to_dict() for e in self.dense.events],
-            "compiles": self.watch.records,
-            "graph_breaks": self.watch.graph_breaks,
-            "oom": self.oom,
-            "target_error": self.target_error,
-            "import_s": round(IMPORT_S, 3),
-            "setup_s": round(setup_s, 3),
-        }
+        return CheckCompileObservations(
+            device=self.device,
+            device_name=torch.cuda.get_device_name() if self.device == "cuda" else "cpu",
+            torch=torch.__version__,
+            python=sys.version.split()[0],
+            shape=shape.to_dict(),
+            mask=self.config["mask"],
+            backward_checked=self.backward,
+            target=info.to_dict(),
+            hook_unavailable=self.dense.unavailable,
+            dynamo_watch_unavailable=self.watch.unavailable,
+            recompile_limit=getattr(torch._dynamo.config, "recompile_limit", None),
+            phases=self.phases,
+            numerics=numerics,
+            vary=vary,
+            dense_events=[e.to_dict() for e in self.dense.events],
+            compiles=self.watch.records,
+            graph_breaks=self.watch.graph_breaks,
+            graph_break_sites=self.watch.graph_break_sites,
+            oom=self.oom,
+            target_error=self.target_error,
+            import_s=round(IMPORT_S, 3),
+            setup_s=round(setup_s, 3),
+        )
 
     def _forward_backward(self, target, q, k, v, mask, name: str) -> None:
         out = None
@@ -312,7 +314,7 @@ class CheckCompileProbe:
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
-    return CheckCompileProbe(config).run()
+    return dump(CheckCompileProbe(config).run())
 
 
 if __name__ == "__main__":

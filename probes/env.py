@@ -25,6 +25,7 @@ from dflashdoctor.bytecode import interpreter_bytecode, package_bytecode
 from dflashdoctor.cache.environment import NETWORK_FILESYSTEMS, mount_of, untrusted_root
 from dflashdoctor.cache.roots import resolve_roots
 from dflashdoctor.fla_guards import fla_state
+from dflashdoctor.observations import EnvObservations, dump
 from dflashdoctor.probe_support import probe_main
 from dflashdoctor.redaction import redact_variables
 
@@ -164,20 +165,27 @@ def _cache_roots() -> list[dict[str, Any]]:
 
 def run(_config: dict[str, Any]) -> dict[str, Any]:  # env takes no options
     listed, driver = _smi_gpus()
-    return {
-        "python": sys.version.split()[0],
-        "executable": sys.executable,
-        "platform": platform.platform(),
-        "packages": {name: _version(name) for name in _PACKAGES},
-        "driver": driver,
-        # redacted here, where they are read: no observations.json or report keeps a secret
-        "variables": redact_variables({k: v for k, v in sorted(os.environ.items()) if k.startswith(VARIABLE_PREFIXES)}),
-        "cache_roots": _cache_roots(),
-        # before torch is imported: nothing written by this probe's own imports is counted
-        "bytecode": interpreter_bytecode() | {"packages": [p for p in map(package_bytecode, _BYTECODE_PACKAGES) if p]},
-        **_torch(listed),
-        "fla": fla_state(),  # after torch: fla.utils imports it and triton
-    }
+    return dump(
+        EnvObservations(
+            **{
+                "python": sys.version.split()[0],
+                "executable": sys.executable,
+                "platform": platform.platform(),
+                "packages": {name: _version(name) for name in _PACKAGES},
+                "driver": driver,
+                # redacted here, where they are read: no observations.json or report keeps a secret
+                "variables": redact_variables(
+                    {k: v for k, v in sorted(os.environ.items()) if k.startswith(VARIABLE_PREFIXES)}
+                ),
+                "cache_roots": _cache_roots(),
+                # before torch is imported: nothing written by this probe's own imports is counted
+                "bytecode": interpreter_bytecode()
+                | {"packages": [p for p in map(package_bytecode, _BYTECODE_PACKAGES) if p]},
+                **_torch(listed),
+                "fla": fla_state(),  # after torch: fla.utils imports it and triton
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from dflashdoctor.autotune.processes import run_processes
 from dflashdoctor.autotune.stub_kernel import autotuned_add, launch
 from dflashdoctor.autotune.trials import run_trial
 from dflashdoctor.errors import MissingPackage
+from dflashdoctor.observations import RaceObservations, dump
 from dflashdoctor.probe_support import UsageError, probe_main
 from dflashdoctor.reference import target_pairs
 from dflashdoctor.targets import resolve
@@ -103,7 +104,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     }
     if kernel != "stub":
         _real_kernels(config, observations)
-        return observations
+        return dump(RaceObservations(**observations))
 
     def trial(forced: bool, under: str, trial_seed: int) -> dict[str, Any]:
         return run_trial(autotuned_add, launch, threads=threads, fix=under, forced=forced, seed=trial_seed).to_dict()
@@ -114,7 +115,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     observations["natural"] = [trial(False, fix, seed + 1000 * (i + 1)) for i in range(config["trials"])]
     if config["processes"]:
         observations["processes"] = run_processes(config["processes"], seed)
-    return observations
+    return dump(RaceObservations(**observations))
 
 
 if __name__ == "__main__":

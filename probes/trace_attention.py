@@ -32,6 +32,7 @@ from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.hf_attention import TORCH_FALLBACK, HFAttentionRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config, drafter_dimensions, is_frozen_target
+from dflashdoctor.observations import TraceAttentionObservations, dump
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
 from dflashdoctor.reference.drafter_step import BLOCK_SIZE, make_drafter_step
 from dflashdoctor.targets import unbound_problem
@@ -320,7 +321,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     observations["dynamo_disabled"] = bool(getattr(torch._dynamo.config, "disable", False))
     observations["dense_events"] = [e.to_dict() for e in dense.events]
     observations["hook_unavailable"] = dense.unavailable
-    return observations
+    return dump(TraceAttentionObservations(**observations))
 
 
 def _transformers_version() -> str | None:

@@ -37,7 +37,7 @@ def observations(name: str, probe: str | None = None, **changes: Any) -> Any:
     data = {**document[probe], **changes}
     if probe == "run":
         return RunObservations.read(data, ASSETS / f"{name}.events")
-    return load(PROBES[probe].observations, data)
+    return load(PROBES[probe].observations, data, strict=True)
 
 
 def judged(name: str, probe: str | None = None, budgets: Budgets | None = None, **changes: Any) -> list[ProbeResult]:

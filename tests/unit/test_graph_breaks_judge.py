@@ -10,6 +10,7 @@ predates site records, and stands for every report written before them.
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from pathlib import Path
 
 from dflashdoctor.judges.graph_breaks import HF_MASK_FLAG, MASK_FLAG, read_break
 from dflashdoctor.observations import TraceAttentionObservations, load
@@ -68,7 +69,7 @@ def test_a_record_without_sites_still_says_the_reason_and_its_fix():
     assert found.title == "2 graph breaks in the traced run" and found.where is None
     assert "a print() call, which dynamo cannot put in a graph (2)" in found.detail
     assert "reorderable_logging_functions" in found.fix
-    (explicit,) = documented(judged("cpu/check-compile-graph-break"), "graph-break")
+    (explicit,) = documented(judged("cpu/check-compile-graph-break", graph_break_sites=[]), "graph-break")
     assert explicit.title == "1 graph breaks while the target ran"
     assert explicit.fix == "Remove the `torch._dynamo.graph_break()` call if it was left from debugging."
 
@@ -80,9 +81,10 @@ def test_old_observations_without_the_field_load_with_no_sites():
 
 
 def test_check_compile_names_sites_through_the_same_judge():
-    """check-compile's judge reads the same field (its probe records it once it passes the watch's sites)."""
+    """check-compile's judge reads the same field as trace-attention's."""
     (reason,) = raw("cpu/check-compile-graph-break")["graph_breaks"]
-    site = {"reason": reason, "count": 1, "site": "/u/faults.py:15 in breaks", "broke_at": "/u/faults.py:15 in breaks"}
+    where = "/u/faults.py:15 in breaks"
+    site = {"reason": reason, "count": 1, "site": where, "broke_at": where, "entry": where, "stack": [where]}
     (found,) = documented(judged("cpu/check-compile-graph-break", graph_break_sites=[site]), "graph-break")
     explicit = "an explicit `torch._dynamo.graph_break()`"
     assert found.title == f"1 graph break while the target ran at faults.py:15 in breaks: {explicit}"
@@ -116,3 +118,10 @@ def test_create_block_mask_with_the_flag_in_user_code_is_the_hazard_with_its_own
     assert reading.hazard == MASK_FLAG and reading.fix.startswith(f"Drop `_compile=True` at {user}")
     plain_warning = read_break(site["reason"], user, [user], user)  # a warnings.warn of the user's own
     assert plain_warning.hazard is None and "ignore_logging_functions" in plain_warning.fix
+
+
+def test_check_compile_names_the_site_its_probe_recorded():
+    """The probe writes the watch's sites (before the strict load it wrote none, and the judge,
+    reading a default, could name no line)."""
+    (found,) = documented(judged("cpu/check-compile-graph-break"), "graph-break")
+    assert (Path(found.where.file).name, found.where.line, found.where.function) == ("compiled_faults.py", 15, "breaks")
