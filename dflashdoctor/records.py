@@ -132,6 +132,42 @@ class TargetRecord(TypedDict):
     call: CallPlanRecord | None
 
 
+class Phase:
+    """check-compile's phase names: the keys of `phases`, and the `phase` of each compile and dense
+    kernel. The probe names its phases with these and the judge reads them back with them."""
+
+    FIRST = "target:first"  # the first call: compiles included
+    EAGER = "eager"  # flex_attention itself, uncompiled: the dense baseline
+    NUMERICS = "numerics"  # the target on fresh inputs, compared with...
+    REFERENCE = "reference"  # ...the target run eagerly in float32
+    TARGET = ("target:", NUMERICS, "vary:")  # prefixes of the phases that call the target
+    _BACKWARD = ":backward"
+
+    @staticmethod
+    def warm(index: int) -> str:
+        return f"target:warm{index}"
+
+    @staticmethod
+    def vary(kv_len: int) -> str:
+        return f"vary:{kv_len}"
+
+    @staticmethod
+    def backward(phase: str) -> str:
+        return phase + Phase._BACKWARD
+
+    @staticmethod
+    def is_backward(phase: str) -> bool:
+        return phase.endswith(Phase._BACKWARD)
+
+    @staticmethod
+    def is_warm(phase: str) -> bool:
+        return phase.removesuffix(Phase._BACKWARD).removeprefix("target:warm").isdigit()
+
+    @staticmethod
+    def calls_target(phase: str) -> bool:
+        return phase.startswith(Phase.TARGET)
+
+
 class PhaseRecord(TypedDict):
     """One labelled stretch of check-compile (`target:first`, `eager:backward`, `vary:1360`, ...)."""
 

@@ -36,6 +36,7 @@ from dflashdoctor.hooks.flex_dense import DenseFlexRecorder  # noqa: E402
 from dflashdoctor.hooks.memory import PeakMemory  # noqa: E402
 from dflashdoctor.observations import CheckCompileObservations, dump  # noqa: E402
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device  # noqa: E402
+from dflashdoctor.records import Phase  # noqa: E402
 from dflashdoctor.reference.masks import build_block_mask  # noqa: E402
 from dflashdoctor.shapes import AttentionShape, shape_problem, shape_with  # noqa: E402
 from dflashdoctor.targets import describe, plan_target_call, resolve  # noqa: E402
@@ -235,28 +236,28 @@ class CheckCompileProbe:
             _sync(self.device)
             record["forward_s"] = round(time.perf_counter() - started, 6)
         if self.backward and out is not None:
-            with self.phase(f"{name}:backward") as record:
+            with self.phase(Phase.backward(name)) as record:
                 started = time.perf_counter()
                 self.target_backward(out, torch.ones_like(out))
                 _sync(self.device)
                 record["backward_s"] = round(time.perf_counter() - started, 6)
 
     def _target_phases(self, target, q, k, v, mask) -> None:
-        self._forward_backward(target, q, k, v, mask, "target:first")
+        self._forward_backward(target, q, k, v, mask, Phase.FIRST)
         for i in range(WARM_CALLS):
-            self._forward_backward(target, q, k, v, mask, f"target:warm{i}")
-        warm = [self.phases[f"target:warm{i}"].get("forward_s") for i in range(WARM_CALLS)]
+            self._forward_backward(target, q, k, v, mask, Phase.warm(i))
+        warm = [self.phases[Phase.warm(i)].get("forward_s") for i in range(WARM_CALLS)]
         warm = [w for w in warm if w is not None]  # a call that ran out of memory has no time
-        self.phases["target:first"]["warm_forward_median_s"] = statistics.median(warm) if warm else None
+        self.phases[Phase.FIRST]["warm_forward_median_s"] = statistics.median(warm) if warm else None
 
     def _eager_phase(self, q, k, v, mask) -> None:
         enable_gqa = self.shape.heads != self.shape.kv_heads
         q, k, v = (t.detach().requires_grad_(self.backward) for t in (q, k, v))
         out = None
-        with self.phase("eager"):
+        with self.phase(Phase.EAGER):
             out = flex_attention(q, k, v, block_mask=mask, enable_gqa=enable_gqa)
         if self.backward and out is not None:
-            with self.phase("eager:backward"):
+            with self.phase(Phase.backward(Phase.EAGER)):
                 out.backward(torch.ones_like(out))
 
     def _numerics(self, target, mask) -> dict[str, Any]:
@@ -266,7 +267,7 @@ class CheckCompileProbe:
         ref_inputs = [t.detach().float().requires_grad_(self.backward) for t in (q, k, v)]
         result: dict[str, Any] = {"reference": "the target itself, eager (force_eager stance), float32 inputs"}
         out = ref = grad_out = None
-        with self.phase("numerics"):
+        with self.phase(Phase.NUMERICS):
             out = self.call_target(target, q, k, v, mask)
             generator = torch.Generator(device=self.device).manual_seed(2)
             grad_out = torch.randn(out.shape, generator=generator, device=self.device).to(out.dtype)
@@ -274,7 +275,7 @@ class CheckCompileProbe:
                 self.target_backward(out, grad_out)
         if grad_out is None:  # the target ran out of memory; nothing to compare
             return result
-        with self.phase("reference"), torch.compiler.set_stance("force_eager"):
+        with self.phase(Phase.REFERENCE), torch.compiler.set_stance("force_eager"):
             ref = self.call_target(target, *ref_inputs, mask)
             if self.backward:
                 ref.backward(grad_out.float())
@@ -296,7 +297,7 @@ class CheckCompileProbe:
             kv_len = shape.kv_len + (i + 1) * step
             mask = build_block_mask(self.config["mask"], shape.q_len, kv_len, self.device, shape.block_size)
             q, k, v = _inputs(shape, self.device, kv_len, self.backward, seed=10 + i)
-            name = f"vary:{kv_len}"
+            name = Phase.vary(kv_len)
             before = len(self.dense.events)
             self._forward_backward(target, q, k, v, mask, name)
             new = self.dense.events[before:]
@@ -307,7 +308,7 @@ class CheckCompileProbe:
                     "dense_backward": sum(e.kind == "backward" for e in new),
                     "forward_s": self.phases[name].get("forward_s"),
                     "compiles": len(self.phases[name].get("compiles", []))
-                    + len(self.phases.get(f"{name}:backward", {}).get("compiles", [])),
+                    + len(self.phases.get(Phase.backward(name), {}).get("compiles", [])),
                 }
             )
         return calls

@@ -8,7 +8,6 @@ either, the target simply is not compiled.
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import asdict
 from typing import Any
@@ -30,11 +29,9 @@ from dflashdoctor.judges.kernel_resources import OutOfResources, out_of_resource
 from dflashdoctor.judges.tables import shape_subject
 from dflashdoctor.observations import CheckCompileObservations
 from dflashdoctor.probe_support import first_line
+from dflashdoctor.records import Phase
 from dflashdoctor.report import Bar, Comparison, ProbeResult, Where
 
-_TARGET_PHASES = ("target:", "numerics", "vary:")
-_WARM_FORWARD = re.compile(r"^target:warm\d+$")
-_WARM_BACKWARD = re.compile(r"^target:warm\d+:backward$")
 _SCORE_MATRIX_FRACTION = 0.5  # a fused peak this close to one score matrix means it was built
 # Relative error of the output against a float32 eager reference, by input dtype. Gradients sum
 # over the whole sequence, so they get twice the room.
@@ -42,10 +39,6 @@ _OUT_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 1e-2, "bfloat16":
 _GRAD_TOLERANCE_FACTOR = 2
 _REFS_FLEX = "https://pytorch.org/blog/flexattention/"
 _REFS_RECOMPILE = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html"
-
-
-def _is_target_phase(phase: str) -> bool:
-    return phase.startswith(_TARGET_PHASES)
 
 
 def _where(site: dict[str, Any] | None) -> Where | None:
@@ -62,10 +55,10 @@ class CheckCompileJudge(Judge):
     def __init__(self, observations: CheckCompileObservations, budgets: Budgets) -> None:
         super().__init__("check-compile", budgets)
         self.observations = observations
-        events = [e for e in observations.dense_events if _is_target_phase(e.phase)]
+        events = [e for e in observations.dense_events if Phase.calls_target(e.phase)]
         self.dense_fwd = [e for e in events if e.kind == "forward"]
         self.dense_bwd = [e for e in events if e.kind == "backward"]
-        self.compiles = [c for c in observations.compiles if _is_target_phase(c["phase"])]
+        self.compiles = [c for c in observations.compiles if Phase.calls_target(c["phase"])]
         self.phases = observations.phases
 
     def judge(self) -> ProbeResult:
@@ -189,7 +182,7 @@ class CheckCompileJudge(Judge):
         fwd_codes = cause or ["dense-forward"]
         if n_fwd:
             self._check("forward", "fail", f"dense forward in {n_fwd} of the target's calls", *fwd_codes)
-        elif not any("forward_s" in phase for name, phase in self.phases.items() if _is_target_phase(name)):
+        elif not any("forward_s" in phase for name, phase in self.phases.items() if Phase.calls_target(name)):
             self._check("forward", "skip", "never completed: the target failed before any forward returned")
         elif not self.observations.hook_unavailable:
             self._check("forward", "pass", "fused: no dense forward kernel ran")
@@ -210,14 +203,14 @@ class CheckCompileJudge(Judge):
             )
         elif not self._backward_completed():
             raised = (self.observations.target_error or {}).get("phase") or ""
-            why = "it raised" if raised.endswith(":backward") else "the target's forward failed first"
+            why = "it raised" if Phase.is_backward(raised) else "the target's forward failed first"
             self._check("backward", "skip", f"never completed: {why}")
         else:
             self._check("backward", "pass", "fused: no dense backward kernel ran")
 
     def _backward_completed(self) -> bool:
         return any(
-            name.endswith(":backward") and _is_target_phase(name) and "backward_s" in phase
+            Phase.is_backward(name) and Phase.calls_target(name) and "backward_s" in phase
             for name, phase in self.phases.items()
         )
 
@@ -336,8 +329,11 @@ class CheckCompileJudge(Judge):
 
     # -- memory and numerics ------------------------------------------------------------------
     def _warm_peak(self, backward: bool) -> int | None:
-        pattern = _WARM_BACKWARD if backward else _WARM_FORWARD
-        peaks = [p.get("peak_bytes") for name, p in self.phases.items() if pattern.match(name)]
+        peaks = [
+            p.get("peak_bytes")
+            for name, p in self.phases.items()
+            if Phase.is_warm(name) and Phase.is_backward(name) == backward
+        ]
         peaks = [p for p in peaks if p is not None]
         return max(peaks) if peaks else None
 
@@ -356,8 +352,8 @@ class CheckCompileJudge(Judge):
             phase = self.observations.target_error.get("phase") or "its first call"
             self._check("memory", "skip", f"not measured: the target raised in {phase} before its warm calls")
             return
-        eager_fwd = self.phases.get("eager", {}).get("peak_bytes")
-        eager_bwd = self.phases.get("eager:backward", {}).get("peak_bytes")
+        eager_fwd = self.phases.get(Phase.EAGER, {}).get("peak_bytes")
+        eager_bwd = self.phases.get(Phase.backward(Phase.EAGER), {}).get("peak_bytes")
         fwd_ratio, bwd_ratio = _ratio(eager_fwd, fwd), _ratio(eager_bwd, bwd)
         self.measurements.update(
             fwd_peak_bytes=fwd,
@@ -389,7 +385,7 @@ class CheckCompileJudge(Judge):
                     fix="See the dense-path findings for the call that built it.",
                 )
             )
-        out_of_memory = [r for r in self.observations.oom if _is_target_phase(r["phase"])]
+        out_of_memory = [r for r in self.observations.oom if Phase.calls_target(r["phase"])]
         if out_of_memory:
             parts.insert(0, f"out of memory in {len(out_of_memory)} of the target's phases")
         codes = (["score-matrix-materialized"] if materialized else []) + (["oom"] if out_of_memory else [])
@@ -467,14 +463,12 @@ class CheckCompileJudge(Judge):
         self._graph_break_check(breaks, "while the target ran")
 
     def _timing(self) -> None:
-        first = self.phases.get("target:first", {})
-        first_compiles = [c for c in self.compiles if c["phase"] == "target:first"]
+        first = self.phases.get(Phase.FIRST, {})
+        first_compiles = [c for c in self.compiles if c["phase"] == Phase.FIRST]
         compile_s = sum(c.get("entire_frame_compile_time_s") or 0 for c in first_compiles)
         hits = sum(c.get("inductor_fx_local_cache_hit_count") or 0 for c in first_compiles)
         misses = sum(c.get("inductor_fx_local_cache_miss_count") or 0 for c in first_compiles)
-        warm_backward = [
-            p["backward_s"] for n, p in self.phases.items() if n.startswith("target:warm") and "backward_s" in p
-        ]
+        warm_backward = [p["backward_s"] for n, p in self.phases.items() if Phase.is_warm(n) and "backward_s" in p]
         self.measurements["phase_wall_s"] = {
             "import": self.observations.import_s,
             "setup": self.observations.setup_s,
@@ -482,7 +476,7 @@ class CheckCompileJudge(Judge):
         }
         self.measurements.update(
             first_call_s=first.get("forward_s"),
-            first_backward_s=self.phases.get("target:first:backward", {}).get("backward_s"),
+            first_backward_s=self.phases.get(Phase.backward(Phase.FIRST), {}).get("backward_s"),
             warm_forward_s=first.get("warm_forward_median_s"),
             warm_backward_s=statistics.median(warm_backward) if warm_backward else None,
             compile_s=round(compile_s, 3),
@@ -510,10 +504,10 @@ class CheckCompileJudge(Judge):
 
     def _oom(self) -> None:
         records = self.observations.oom
-        baseline = [r for r in records if not _is_target_phase(r["phase"])]
+        baseline = [r for r in records if not Phase.calls_target(r["phase"])]
         if baseline:
             self.measurements["dense_baseline_oom"] = baseline[0]["message"]
-        target = [r for r in records if _is_target_phase(r["phase"])]
+        target = [r for r in records if Phase.calls_target(r["phase"])]
         if not target:
             return
         first = target[0]

@@ -57,3 +57,20 @@ def test_the_records_use_no_any():
         if typing.is_typeddict(record):
             hints = typing.get_type_hints(record, vars(records), include_extras=True)
             assert "Any" not in repr(hints), name
+
+
+def test_every_phase_a_probe_recorded_is_one_records_names():
+    """The phase names are no string protocol of two files: what the probe wrote on a CPU and on an
+    H200 is read back by records.Phase, the only place that spells them."""
+    from tests.unit.recorded import ASSETS, raw
+
+    named = {records.Phase.FIRST, records.Phase.EAGER, records.Phase.NUMERICS, records.Phase.REFERENCE}
+    seen = set()
+    for path in sorted(ASSETS.glob("*/check-compile-*.json")):
+        if path.name.endswith("report.json"):
+            continue
+        for phase in raw(f"{path.parent.name}/{path.stem}")["phases"]:
+            forward = phase.removesuffix(":backward")
+            assert forward in named or records.Phase.is_warm(phase) or forward.startswith("vary:"), phase
+            seen.add(phase)
+    assert {records.Phase.backward(records.Phase.FIRST), records.Phase.warm(0), records.Phase.EAGER} <= seen
