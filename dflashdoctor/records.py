@@ -344,11 +344,21 @@ class TracedDrafter(TypedDict):
     error: ErrorRecord | None
 
 
+class ImportStopped(TypedDict):
+    """Where a traced script's own import of FLA met the keep-out, and the statement there."""
+
+    module: str | None
+    file: str | None
+    line: int | None
+    function: str | None
+    statement: str | None
+
+
 class TracedScript(TypedDict):
     script: str
     error: ErrorRecord | None
     fla: FlaState | None
-    fla_import_stopped: str | None
+    fla_import_stopped: ImportStopped | None
     fla_refused: FlaRefusal | None
     layers: list[LayerRecord]
     sites: list[ModuleSiteRecord]

@@ -184,8 +184,7 @@ class Judge:
             self._over_budget(
                 "max_recompiles", recompiles, budgets.max_recompiles, "recompiles", "recompiles", "varying lengths"
             )
-        breaks = m.get("graph_breaks")
-        count = sum(breaks.values()) if isinstance(breaks, dict) else breaks
+        count = m.get("graph_breaks")  # every judge measures the total
         if isinstance(count, int) and count > budgets.max_graph_breaks:
             self._over_budget("max_graph_breaks", count, budgets.max_graph_breaks, "graph breaks", check="graph breaks")
         compile_s, limit = m.get("compile_s"), budgets.max_compile_seconds

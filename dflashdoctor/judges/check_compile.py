@@ -459,7 +459,7 @@ class CheckCompileJudge(Judge):
 
     def _graph_breaks(self) -> None:
         breaks = self.observations.graph_breaks
-        self.measurements["graph_breaks"] = sum(breaks.values())
+        self.measurements.update(graph_breaks=sum(breaks.values()), graph_break_reasons=breaks)
         self._graph_break_check(breaks, "while the target ran")
 
     def _timing(self) -> None:

@@ -94,7 +94,8 @@ class ProcessJudge(Judge):
         self.measurements["call_sites"] = traced.measurements.get("call_sites", [])
         self.tables += traced.tables
         self.comparisons += traced.comparisons
-        self.measurements["graph_breaks"] = traced.measurements.get("graph_breaks", {})
+        for key in ("graph_breaks", "graph_break_reasons"):
+            self.measurements[key] = traced.measurements[key]
         for reason in self.observations.get("unavailable", []):
             self.findings.append(
                 finding(

@@ -525,7 +525,7 @@ class TraceAttentionJudge(Judge):
 
     def _graph_breaks(self) -> None:
         breaks = self.observations.graph_breaks
-        self.measurements["graph_breaks"] = breaks
+        self.measurements.update(graph_breaks=sum(breaks.values()), graph_break_reasons=breaks)
         self._graph_break_check(breaks, "in the traced run")
 
     def _unclaimed_dense(self) -> None:

@@ -288,7 +288,7 @@ BLOCK_SCRIPT = TARGETS / "compiled_block_script.py"
 def test_call_inside_a_compiled_module_is_a_site_and_adds_no_graph_break(cli):
     run = cli("trace-attention", "--script", str(BLOCK_SCRIPT))
     assert run.code == 0, run.stdout + run.stderr
-    assert run.report["results"][0]["measurements"]["graph_breaks"] == {}
+    assert run.report["results"][0]["measurements"]["graph_breaks"] == 0
     assert run.check("graph breaks")["status"] == "pass"
     (site,) = _sites(run).values()
     assert (site["module"], site["function"], site["line"], site["file"]) == ("Block", "forward", 16, str(BLOCK_SCRIPT))
@@ -318,7 +318,7 @@ def test_calls_inside_compiled_models_keep_their_module_names(cli):
         assert site["verdict"] == "fused" and site["compiled_into_graphs"] == 1
     assert sites["attn"]["wrapper_names"] == [f"{SCRIPT}:compiled_flex"]
     # transformers' own warnings break this model's graph; nothing else may (the recorders add none).
-    breaks = run.report["results"][0]["measurements"]["graph_breaks"]
+    breaks = run.report["results"][0]["measurements"]["graph_break_reasons"]
     assert all("_warnings.warn" in reason for reason in breaks), breaks
 
 
