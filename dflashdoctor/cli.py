@@ -7,29 +7,32 @@ import errno
 import os
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from dflashdoctor import __version__
+from dflashdoctor.cli_options import (
+    JsonOpt,
+    PythonOpt,
+    ReportDirOpt,
+    SshOpt,
+    VerboseOpt,
+    probe_command,
+    seconds,
+    writable,
+)
 from dflashdoctor.commands.cache import CacheOptions
-from dflashdoctor.commands.check_compile import CheckCompileOptions
-from dflashdoctor.commands.env import EnvOptions
 from dflashdoctor.commands.gate import GateOptions, gate
 from dflashdoctor.commands.init import InitOptions, init
 from dflashdoctor.commands.lint import LintOptions, lint
 from dflashdoctor.commands.merge import merge
-from dflashdoctor.commands.race import RaceOptions
 from dflashdoctor.commands.run import RunOptions, merge_when_first, report_folder
 from dflashdoctor.commands.show import show
-from dflashdoctor.commands.trace_attention import TraceAttentionOptions
 from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.hostfile import nodes_of
-from dflashdoctor.limits import seconds_problem
-from dflashdoctor.models import preset_names
-from dflashdoctor.output import destination_problem, emit, new_report_dir
+from dflashdoctor.output import emit, new_report_dir
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
 from dflashdoctor.safe_text import encodable, without_controls
@@ -43,55 +46,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout, nothing else.")]
-
-
-def _writable(*, folder: bool) -> Callable[[Path | None], Path | None]:
-    """A typer callback: where a report goes (every command's --report-dir, or the default reports/;
-    the gate's --junit and --sarif) is checked while the options are read, before any probe runs."""
-
-    def check(value: Path | None) -> Path | None:
-        problem = destination_problem(value, folder=folder) if value is not None or folder else None
-        if problem:
-            raise typer.BadParameter(problem)
-        return value
-
-    return check
-
-
-ReportDirOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--report-dir", callback=_writable(folder=True), help="Write report.json/html/md, junit.xml and .sarif here."
-    ),
-]
-PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter to probe with (default: this one).")]
-SshOpt = Annotated[
-    str | None,
-    typer.Option("--ssh", help="[user@]host[:port]: run the probed side there through ssh (--python: its python)."),
-]
-
-
-def _seconds(zero_means: str | None = None) -> Callable[[float], float]:
-    """A typer callback: nan and infinity are refused (some releases of click let nan through `min`)."""
-
-    def check(value: float) -> float:
-        problem = seconds_problem(value, "", zero_means=zero_means)
-        if problem:
-            raise typer.BadParameter(problem)
-        return value
-
-    return check
-
-
-TimeoutOpt = Annotated[
-    float, typer.Option("--timeout", min=1, callback=_seconds(), help="Seconds before a probe is killed.")
-]
 # Typer raises click's exceptions, from a vendored copy of click in newer releases: take the class
 # from typer itself so both layouts are caught.
 _CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
-
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's evidence.")]
 
 
 def _argv() -> list[str]:
@@ -120,154 +77,10 @@ def root(
     """Exit codes: 0 no error findings, 1 error findings, 2 bad input, 3 a probe crashed or hung."""
 
 
-@app.command("check-compile")
-def check_compile_command(
-    target: Annotated[
-        str, typer.Argument(help="package.module:attr or path/to/file.py:attr")
-    ] = CheckCompileOptions.target,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = CheckCompileOptions.device,
-    batch: Annotated[int | None, typer.Option(help="Batch size [1]")] = None,
-    heads: Annotated[int | None, typer.Option(help="Query heads [cuda 32, cpu 8]")] = None,
-    kv_heads: Annotated[int | None, typer.Option(help="Key/value heads [cuda 8, cpu 2]")] = None,
-    q_len: Annotated[int | None, typer.Option(help="Query length [cuda 2048, cpu 256]")] = None,
-    kv_len: Annotated[int | None, typer.Option(help="Key/value length [cuda 10240, cpu 1280]")] = None,
-    head_dim: Annotated[int | None, typer.Option(help="Head dimension [cuda 128, cpu 64]")] = None,
-    dtype: Annotated[
-        str | None, typer.Option(help="bfloat16, float16, float32 or float64 [cuda bfloat16, cpu float32]")
-    ] = None,
-    mask: Annotated[str, typer.Option(help="dflash, causal or none")] = CheckCompileOptions.mask,
-    vary: Annotated[
-        int, typer.Option(help="Also call with this many growing context lengths.")
-    ] = CheckCompileOptions.vary,
-    max_recompiles: Annotated[
-        int, typer.Option(help="Recompiles allowed before a warning.")
-    ] = CheckCompileOptions.max_recompiles,
-    python: PythonOpt = None,
-    ssh: SshOpt = None,
-    timeout: TimeoutOpt = CheckCompileOptions.timeout_s,
-    json_output: JsonOpt = False,
-    report_dir: ReportDirOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Is this flex_attention wrapper really compiled, and are forward and backward fused?"""
-    shape = dict(
-        batch=batch, heads=heads, kv_heads=kv_heads, q_len=q_len, kv_len=kv_len, head_dim=head_dim, dtype=dtype
-    )
-    options = CheckCompileOptions(
-        target=target,
-        device=device,
-        shape=shape,
-        mask=mask,
-        vary=vary,
-        max_recompiles=max_recompiles,
-        python=python,
-        ssh=ssh,
-        timeout_s=timeout,
-    )
-    _probe("check-compile", options, json_output, report_dir, verbose)
-
-
-@app.command("trace-attention")
-def trace_attention_command(
-    script_args: Annotated[list[str] | None, typer.Argument(help="Arguments for --script, after --")] = None,
-    model: Annotated[
-        str | None, typer.Option(help=f"Preset ({preset_names()}), a config.json, or a model folder [qwen27b]")
-    ] = None,
-    script: Annotated[str | None, typer.Option(help="A Python script to run as __main__ and trace")] = None,
-    expect_wrapper: Annotated[
-        str | None, typer.Option(help="module:attr or file.py:attr every flex call should go through")
-    ] = None,
-    drafter: Annotated[bool, typer.Option(help="Also trace a reference DFlash drafter step")] = False,
-    drafter_fault: Annotated[
-        str | None, typer.Option(help="Plant a fault in the drafter: hf-flex-path or eager-wrapper")
-    ] = None,
-    scale: Annotated[
-        str, typer.Option(help="tiny, full, or auto (tiny on CPU, full on CUDA)")
-    ] = TraceAttentionOptions.scale,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = TraceAttentionOptions.device,
-    backward: Annotated[
-        bool | None,
-        typer.Option(
-            "--backward/--no-backward",
-            help="Also run backward [the drafter and most models: yes; a frozen target such as qwen27b: no].",
-        ),
-    ] = None,
-    steps: Annotated[int, typer.Option(help="Training steps to trace.")] = TraceAttentionOptions.steps,
-    seq_len: Annotated[
-        int, typer.Option(help="Tokens per step; the drafter drafts a quarter as many (128 or more) over them.")
-    ] = TraceAttentionOptions.seq_len,
-    python: PythonOpt = None,
-    ssh: SshOpt = None,
-    timeout: TimeoutOpt = TraceAttentionOptions.timeout_s,
-    json_output: JsonOpt = False,
-    report_dir: ReportDirOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Where is every attention call of a model, through which implementation, fused or dense?"""
-    options = TraceAttentionOptions(
-        model=model,
-        script=script,
-        script_args=script_args or [],
-        expect_wrapper=expect_wrapper,
-        drafter=drafter,
-        drafter_fault=drafter_fault,
-        scale=scale,
-        device=device,
-        backward=backward,
-        steps=steps,
-        seq_len=seq_len,
-        python=python,
-        ssh=ssh,
-        timeout_s=timeout,
-    )
-    _probe("trace-attention", options, json_output, report_dir, verbose)
-
-
-@app.command("race")
-def race_command(
-    threads: Annotated[int, typer.Option(help="Threads sharing one autotuner.")] = RaceOptions.threads,
-    kernel: Annotated[
-        str,
-        typer.Option(
-            help="stub (a real triton autotuner, interpreted, no GPU), fla (FLA's gated delta rule), reference "
-            "(the reference target's forwards), or a TARGET fn(worker, device)."
-        ),
-    ] = RaceOptions.kernel,
-    trials: Annotated[
-        int, typer.Option(help="Unforced trials after the forced one, for a failure rate.")
-    ] = RaceOptions.trials,
-    fix: Annotated[
-        str, typer.Option(help="none, lock (per-instance lock on Autotuner.run) or sequential.")
-    ] = RaceOptions.fix,
-    seed: Annotated[int, typer.Option(help="Seeds the inputs and the natural trials' jitter.")] = RaceOptions.seed,
-    processes: Annotated[
-        int, typer.Option(help="Also run one process per worker over gloo (0: off).")
-    ] = RaceOptions.processes,
-    triton_binaries: Annotated[
-        Path | None,
-        typer.Option(help="Keep real kernels' compiled binaries here across runs (tuning stays cold regardless)."),
-    ] = None,
-    python: PythonOpt = None,
-    ssh: SshOpt = None,
-    timeout: TimeoutOpt = RaceOptions.timeout_s,
-    json_output: JsonOpt = False,
-    report_dir: ReportDirOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Does the installed Triton autotuner break when threads share it, and does the fix hold?"""
-    options = RaceOptions(
-        threads=threads,
-        kernel=kernel,
-        trials=trials,
-        fix=fix,
-        seed=seed,
-        processes=processes,
-        python=python,
-        ssh=ssh,
-        timeout_s=timeout,
-        binaries_dir=triton_binaries,
-    )
-    _probe("race", options, json_output, report_dir, verbose)
+# The probes whose work is all in their script: each command is made from its Options dataclass.
+for _spec in PROBES.values():
+    if _spec.probe_config is not None:
+        app.command(_spec.name)(probe_command(_spec, _probe))
 
 
 @app.command(
@@ -280,7 +93,7 @@ def run_command(
         float,
         typer.Option(
             min=0,
-            callback=_seconds("turns the watchdog off"),
+            callback=seconds("turns the watchdog off"),
             help="Seconds without progress in any process before the stacks are taken "
             "and the run is stopped; 0 turns the watchdog off.",
         ),
@@ -296,7 +109,7 @@ def run_command(
         float,
         typer.Option(
             min=0,
-            callback=_seconds("merges what is there"),
+            callback=seconds("merges what is there"),
             help="On several nodes, node 0: seconds to wait for the other nodes' parts before merging.",
         ),
     ] = RunOptions.merge_wait_s,
@@ -360,10 +173,10 @@ def gate_command(
         typer.Option(help="trace-attention traces this step script instead of the reference drafter."),
     ] = None,
     junit: Annotated[
-        Path | None, typer.Option(callback=_writable(folder=False), help="Also write the JUnit XML here.")
+        Path | None, typer.Option(callback=writable(folder=False), help="Also write the JUnit XML here.")
     ] = None,
     sarif: Annotated[
-        Path | None, typer.Option(callback=_writable(folder=False), help="Also write the SARIF 2.1.0 here.")
+        Path | None, typer.Option(callback=writable(folder=False), help="Also write the SARIF 2.1.0 here.")
     ] = None,
     python: PythonOpt = None,
     ssh: Annotated[
@@ -408,18 +221,6 @@ def gate_command(
     raise typer.Exit(code)
 
 
-@app.command("env")
-def env_command(
-    python: PythonOpt = None,
-    ssh: SshOpt = None,
-    json_output: JsonOpt = False,
-    report_dir: ReportDirOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Versions, GPUs, cache roots, the TORCH*/TRITON*/FLA*/CUDA*/NCCL* knobs set, and known hazards."""
-    _probe("env", EnvOptions(python=python, ssh=ssh), json_output, report_dir, verbose)
-
-
 @app.command("init")
 def init_command(
     root: Annotated[Path, typer.Argument(help="The repository's root; default the current folder.")] = Path("."),
@@ -439,7 +240,7 @@ def lint_command(
         list[Path] | None, typer.Argument(help="Files or folders to scan; default the current folder.")
     ] = None,
     sarif: Annotated[
-        Path | None, typer.Option(callback=_writable(folder=False), help="Also write the SARIF 2.1.0 here.")
+        Path | None, typer.Option(callback=writable(folder=False), help="Also write the SARIF 2.1.0 here.")
     ] = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
@@ -484,7 +285,7 @@ WaitOpt = Annotated[
     typer.Option(
         "--wait",
         min=0,
-        callback=_seconds("does not wait"),
+        callback=seconds("does not wait"),
         help="Seconds to wait while another fix or restore holds a root's lock.",
     ),
 ]

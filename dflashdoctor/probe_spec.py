@@ -41,6 +41,7 @@ class ProbeSpec:
     observations: type  # what the probe reports (observations.py), loaded before judging
     judge: Callable[[Any, Budgets], list[ProbeResult]]
     script: str | None  # probes/<script> in the probed interpreter; None: the doctor's side does the work
+    summary: str = ""  # what it answers, in one line: its command's help (cli_options.probe_command)
     # The options as the probe's script reads them (JSON). None: the probe has its own `command`.
     probe_config: Callable[[Any], dict[str, Any]] | None = None
     # Bad input said before a probe starts (raises BadInput); the probe checks the rest.

@@ -10,20 +10,34 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.check_compile import judge
 from dflashdoctor.limits import MAX_VARY, count_problem
 from dflashdoctor.observations import CheckCompileObservations
+from dflashdoctor.options import cli
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.reference import DEFAULT_TARGET
 from dflashdoctor.session import PROBE_TIMEOUT_S
 from dflashdoctor.shapes import DEVICES, DTYPES, MASKS, AttentionShape, shape_problem, shape_with
 
+SHAPE_OPTIONS = (
+    ("batch", int, "Batch size [1]"),
+    ("heads", int, "Query heads [cuda 32, cpu 8]"),
+    ("kv_heads", int, "Key/value heads [cuda 8, cpu 2]"),
+    ("q_len", int, "Query length [cuda 2048, cpu 256]"),
+    ("kv_len", int, "Key/value length [cuda 10240, cpu 1280]"),
+    ("head_dim", int, "Head dimension [cuda 128, cpu 64]"),
+    ("dtype", str, "bfloat16, float16, float32 or float64 [cuda bfloat16, cpu float32]"),
+)
+
 
 @dataclass
 class CheckCompileOptions:
-    target: str = DEFAULT_TARGET
-    device: str = "auto"
-    shape: dict[str, Any] = field(default_factory=dict)  # AttentionShape fields; None = device default
-    mask: str = "dflash"
-    vary: int = 10
-    max_recompiles: int = Budgets.max_recompiles
+    target: str = field(
+        default=DEFAULT_TARGET, metadata=cli("package.module:attr or path/to/file.py:attr", argument=True)
+    )
+    device: str = field(default="auto", metadata=cli("auto, cpu or cuda"))
+    # AttentionShape's fields; one unset (None) takes the device's default
+    shape: dict[str, Any] = field(default_factory=dict, metadata=cli("", group=SHAPE_OPTIONS))
+    mask: str = field(default="dflash", metadata=cli("dflash, causal or none"))
+    vary: int = field(default=10, metadata=cli("Also call with this many growing context lengths."))
+    max_recompiles: int = field(default=Budgets.max_recompiles, metadata=cli("Recompiles allowed before a warning."))
     python: str | None = None
     ssh: str | None = None  # [user@]host[:port]: the probed side runs there
     timeout_s: float = PROBE_TIMEOUT_S
@@ -73,6 +87,7 @@ def budgets(options: CheckCompileOptions) -> Budgets:
 
 SPEC = ProbeSpec(
     name="check-compile",
+    summary="Is this flex_attention wrapper really compiled, and are forward and backward fused?",
     options=CheckCompileOptions,
     observations=CheckCompileObservations,
     judge=judge,

@@ -23,6 +23,7 @@ def probe_config(_options: EnvOptions) -> dict[str, str]:
 
 SPEC = ProbeSpec(
     name="env",
+    summary="Versions, GPUs, cache roots, the TORCH*/TRITON*/FLA*/CUDA*/NCCL* knobs set, and known hazards.",
     options=EnvOptions,
     observations=EnvObservations,
     judge=judge,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,7 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.race import judge
 from dflashdoctor.limits import MAX_TRIALS, count_problem
 from dflashdoctor.observations import RaceObservations
+from dflashdoctor.options import cli
 from dflashdoctor.probe_spec import ProbeSpec
 
 MAX_THREADS = 64
@@ -19,16 +20,28 @@ _PROBE_MARGIN_S = 60.0  # of --timeout, for the probe's own start, audit and rep
 
 @dataclass
 class RaceOptions:
-    threads: int = 2
-    kernel: str = "stub"  # stub, fla, or a TARGET whose call is fn(worker, device)
-    trials: int = 5
-    fix: str = "none"
-    seed: int = 0
-    processes: int = 0
+    threads: int = field(default=2, metadata=cli("Threads sharing one autotuner."))
+    kernel: str = field(
+        default="stub",
+        metadata=cli(
+            "stub (a real triton autotuner, interpreted, no GPU), fla (FLA's gated delta rule), reference "
+            "(the reference target's forwards), or a TARGET fn(worker, device)."
+        ),
+    )
+    trials: int = field(default=5, metadata=cli("Unforced trials after the forced one, for a failure rate."))
+    fix: str = field(default="none", metadata=cli("none, lock (per-instance lock on Autotuner.run) or sequential."))
+    seed: int = field(default=0, metadata=cli("Seeds the inputs and the natural trials' jitter."))
+    processes: int = field(default=0, metadata=cli("Also run one process per worker over gloo (0: off)."))
+    binaries_dir: Path | None = field(
+        default=None,
+        metadata=cli(
+            "Keep real kernels' compiled binaries here across runs (tuning stays cold regardless).",
+            flag="--triton-binaries",
+        ),
+    )
     python: str | None = None
     ssh: str | None = None  # [user@]host[:port]: the probed side runs there
     timeout_s: float = 600.0
-    binaries_dir: Path | None = None  # compiled kernels kept across runs; tuning stays cold regardless
 
 
 def validate(options: RaceOptions) -> None:
@@ -76,6 +89,7 @@ def variables(options: RaceOptions) -> dict[str, str]:
 
 SPEC = ProbeSpec(
     name="race",
+    summary="Does the installed Triton autotuner break when threads share it, and does the fix hold?",
     options=RaceOptions,
     observations=RaceObservations,
     judge=judge,

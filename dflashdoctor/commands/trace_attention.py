@@ -9,8 +9,9 @@ from typing import Any
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.trace_attention import judge
 from dflashdoctor.limits import MAX_STEPS, count_problem
-from dflashdoctor.models import SCALES, config_source
+from dflashdoctor.models import SCALES, config_source, preset_names
 from dflashdoctor.observations import TraceAttentionObservations
+from dflashdoctor.options import cli
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.reference import DRAFTER_FAULTS
 from dflashdoctor.session import PROBE_TIMEOUT_S
@@ -22,17 +23,34 @@ _SCRIPT_BYTES = 64 << 20  # a script larger than this is no training script
 
 @dataclass
 class TraceAttentionOptions:
-    model: str | None = None  # None: DEFAULT_MODEL unless a script or the drafter is traced
-    script: str | None = None
-    script_args: list[str] = field(default_factory=list)
-    expect_wrapper: str | None = None
-    drafter: bool = False
-    drafter_fault: str | None = None
-    scale: str = "auto"  # tiny on CPU, full on CUDA
-    device: str = "auto"
-    backward: bool | None = None  # None: per part (a frozen target preset forward only, the rest both)
-    steps: int = 1
-    seq_len: int = 256
+    # None: DEFAULT_MODEL unless a script or the drafter is traced
+    model: str | None = field(
+        default=None, metadata=cli(f"Preset ({preset_names()}), a config.json, or a model folder [{DEFAULT_MODEL}]")
+    )
+    script: str | None = field(default=None, metadata=cli("A Python script to run as __main__ and trace"))
+    script_args: list[str] = field(
+        default_factory=list, metadata=cli("Arguments for --script, after --", argument=True)
+    )
+    expect_wrapper: str | None = field(
+        default=None, metadata=cli("module:attr or file.py:attr every flex call should go through")
+    )
+    drafter: bool = field(default=False, metadata=cli("Also trace a reference DFlash drafter step"))
+    drafter_fault: str | None = field(
+        default=None, metadata=cli("Plant a fault in the drafter: hf-flex-path or eager-wrapper")
+    )
+    scale: str = field(default="auto", metadata=cli("tiny, full, or auto (tiny on CPU, full on CUDA)"))
+    device: str = field(default="auto", metadata=cli("auto, cpu or cuda"))
+    backward: bool | None = field(  # None: per part (a frozen target preset forward only, the rest both)
+        default=None,
+        metadata=cli(
+            "Also run backward [the drafter and most models: yes; a frozen target such as qwen27b: no].",
+            flag="--backward/--no-backward",
+        ),
+    )
+    steps: int = field(default=1, metadata=cli("Training steps to trace."))
+    seq_len: int = field(
+        default=256, metadata=cli("Tokens per step; the drafter drafts a quarter as many (128 or more) over them.")
+    )
     python: str | None = None
     ssh: str | None = None  # [user@]host[:port]: the probed side runs there
     timeout_s: float = PROBE_TIMEOUT_S
@@ -106,6 +124,7 @@ def subject(options: TraceAttentionOptions) -> dict[str, str]:
 
 SPEC = ProbeSpec(
     name="trace-attention",
+    summary="Where is every attention call of a model, through which implementation, fused or dense?",
     options=TraceAttentionOptions,
     observations=TraceAttentionObservations,
     judge=judge,

@@ -14,7 +14,7 @@ import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dflashdoctor import cli
+from dflashdoctor import cli_options
 from dflashdoctor.commands import check_compile, race, trace_attention
 from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.config import GateConfig, load_config
@@ -184,7 +184,7 @@ def test_numeric_options_of_every_probing_command():
 @pytest.mark.parametrize("zero_means", [None, "turns the watchdog off"])
 def test_seconds_options(zero_means):
     """--timeout, --hang-timeout and --wait: finite, and 0 only where it means something."""
-    check = cli._seconds(zero_means)
+    check = cli_options.seconds(zero_means)
 
     @FUZZ
     @given(st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(10**20), 10**20))
