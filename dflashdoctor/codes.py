@@ -34,6 +34,10 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "oom": ("error", "the run ran out of memory; evidence names the last attention calls and memory"),
     "env-hazard": ("warning", "a variable that is set makes training slow or silently uncompiled"),
+    "requirement-unmet": (
+        "warning",
+        "an installed package of the training stack requires a version of another that is not the one installed",
+    ),
     "bytecode-not-cached": (
         "warning",
         "installed packages have no compiled bytecode and none is written: every process compiles them",

@@ -29,6 +29,7 @@ from dflashdoctor.records import (
     LiveAutotuner,
     Numerics,
     OomRecord,
+    PackageRecord,
     PhaseRecord,
     ProcessesRecord,
     ReferenceTarget,
@@ -202,6 +203,15 @@ class EnvObservations:
     gpus: list[GpuRecord] = field(default_factory=list)
     recompile_limit: int | None = None
     dynamo_disabled: bool | None = None
+
+
+@dataclass
+class VersionsObservations:
+    """The stack's installed distributions and their requirements on each other (probes/versions.py)."""
+
+    python: str | None = None
+    packaging: str | None = None  # the version that read the requirements; None: none could
+    packages: list[PackageRecord] = field(default_factory=list)
 
 
 @dataclass

@@ -504,6 +504,21 @@ class BytecodeRecord(TypedDict):
     packages: list[PackageBytecode]
 
 
+class RequirementRecord(TypedDict):
+    """One requirement of an installed distribution on another (versions)."""
+
+    requirement: str  # as its metadata writes it
+    name: str
+    installed: str | None  # the version installed; None: not installed, or not checked
+    satisfied: bool | None  # None: not checked (no `packaging` in the probed interpreter)
+
+
+class PackageRecord(TypedDict):
+    name: str
+    version: str
+    requires: list[RequirementRecord]
+
+
 class GpuRecord(TypedDict):
     index: int
     name: str

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from dflashdoctor.commands import cache, check_compile, env, race, run, trace_attention
+from dflashdoctor.commands import cache, check_compile, env, race, run, trace_attention, versions
 from dflashdoctor.probe_spec import ProbeSpec
 
 PROBES: dict[str, ProbeSpec] = {
-    spec.name: spec for spec in (env.SPEC, check_compile.SPEC, trace_attention.SPEC, race.SPEC, cache.SPEC, run.SPEC)
+    spec.name: spec
+    for spec in (
+        env.SPEC,
+        check_compile.SPEC,
+        trace_attention.SPEC,
+        race.SPEC,
+        cache.SPEC,
+        run.SPEC,
+        versions.SPEC,
+    )
 }
