@@ -237,6 +237,7 @@ def describe(obj: Any, module: ModuleType, attr: str, spec: str) -> TargetInfo:
         line_assigned = _last_assignment_line(module, attr)
         if line_assigned:
             info.assigned = {
+                "name": attr,
                 "file": getattr(module, "__file__", None),
                 "line": line_assigned,
                 "module": module.__name__,

@@ -7,23 +7,20 @@ judges. Standard library only: a node whose Python lacks torch still has its cac
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.cache.observations import CacheObservations
+from dflashdoctor.cache.roots import described
 from dflashdoctor.cache.scan import installed_triton, scan_roots
+from dflashdoctor.observations import dump
 from dflashdoctor.probe_support import probe_main
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
     paths = {key: Path(config[key]) if config.get(key) else None for key in ("triton_dir", "inductor_dir")}
     roots, scans, facts = scan_roots(os.environ, paths["triton_dir"], paths["inductor_dir"], config["all_roots"])
-    return {
-        "scans": [asdict(scan) for scan in scans],
-        "facts": facts,
-        "roots": ", ".join(f"{r.kind} {r.path}" for r in roots),
-        "triton": installed_triton(),
-    }
+    return dump(CacheObservations(scans=scans, facts=facts, roots=described(roots), triton=installed_triton()))
 
 
 if __name__ == "__main__":

@@ -97,7 +97,8 @@ def _host(
     with stderr_path.open("w+b") as stderr:
         host = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
         index, allowed = first, allowance(first)
-        deadline = time.monotonic() + allowed
+        trial_started = time.monotonic()
+        deadline = trial_started + allowed
         while index < trials:
             out = work / f"out-{index}.json"
             if out.exists():
@@ -105,7 +106,8 @@ def _host(
                 compiled_before = has_binaries(triton_cache)
                 tuned_before = tuning_files(triton_cache)
                 index, allowed = index + 1, allowance(index + 1)
-                deadline = time.monotonic() + allowed
+                trial_started = time.monotonic()
+                deadline = trial_started + allowed
                 continue
             code = host.poll()
             timed_out = code is None and time.monotonic() > deadline
@@ -124,6 +126,10 @@ def _host(
                 died["binaries_cached"] = compiled_before
                 after = tuning_files(triton_cache)
                 died["tuning_results_on_disk"] = len(after - tuned_before)
+                # what the host would have said of its tuners died with it: nothing counted as cleared,
+                # benchmarked or entered warm, and the trial's time is the doctor's own clock
+                died.update(tuning_entries_cleared=0, benchmarked={}, entered_warm=[])
+                died["wall_s"] = round(time.monotonic() - trial_started, 3)
                 results.append(died)
                 break
             time.sleep(_POLL_S)

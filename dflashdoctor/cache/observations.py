@@ -8,13 +8,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflashdoctor.cache.model import RootScan
-from dflashdoctor.cache.quarantine import RepairLog
+from dflashdoctor.cache.repair_log import RepairLog
 
 
 @dataclass
 class CacheObservations:
-    """What `cache check`, `fix` or `restore` saw and did, on the doctor's own machine."""
+    """What `cache check`, `fix` or `restore` saw and did: on the doctor's own machine, or (check
+    only) on another one, written there by probes/cache_check.py."""
 
     scans: list[RootScan] = field(default_factory=list)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # root path -> its filesystem's facts
     log: RepairLog = field(default_factory=RepairLog)
+    roots: str = ""  # the roots scanned, as "kind path, ...": the report's target
+    triton: str | None = None  # the triton installed where the roots were scanned

@@ -23,7 +23,7 @@ import json
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from dflashdoctor.cache.inventory import inventory
 from dflashdoctor.cache.lock import root_lock
 from dflashdoctor.cache.manifest import ENTRIES, MANIFEST, Manifest, ManifestEntry, ManifestError, shown
 from dflashdoctor.cache.model import Problem
+from dflashdoctor.cache.repair_log import EntryOutcome, QuarantineRun, Refusal
 from dflashdoctor.safe_fs import (
     PRIVATE_FOLDER,
     Untrusted,
@@ -63,50 +64,12 @@ def root_of(home: Path) -> Path | None:
     return home.parent / home.name.removesuffix(SUFFIX) if home.name.endswith(SUFFIX) and home.name != SUFFIX else None
 
 
-@dataclass
-class EntryOutcome:
-    original: str
-    state: str  # moved, already-moved, failed, missing | restored, in-place, missing, conflict, changed, failed
-    detail: str = ""
-
-
-@dataclass
-class QuarantineRun:
-    folder: str
-    outcomes: list[EntryOutcome] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"folder": self.folder, "outcomes": [o.__dict__ for o in self.outcomes]}
-
-
-@dataclass
-class Refusal:
-    """A quarantine folder, or a manifest, not believed: nothing of it was moved."""
-
-    path: str
-    reasons: list[str]
-
-
 class Refused(Exception):
     """A manifest with entries that cannot be believed."""
 
     def __init__(self, path: str, reasons: list[str]) -> None:
         super().__init__(f"{path}: {reasons[0]}")
         self.refusal = Refusal(path, reasons)
-
-
-@dataclass
-class RepairLog:
-    """What fix or restore did and refused, for the judge."""
-
-    fixed: list[tuple[str, QuarantineRun]] = field(default_factory=list)  # (root, run)
-    restored: list[QuarantineRun] = field(default_factory=list)
-    refusals: list[Refusal] = field(default_factory=list)
-    blocked: list[tuple[str, str, str]] = field(default_factory=list)  # (root, quarantine folder, why unusable)
-    all_restored: list[str] = field(default_factory=list)  # quarantine folders with nothing left to restore
-
-    def moved(self) -> set[str]:
-        return {o.original for _, run in self.fixed for o in run.outcomes if o.state == "moved"}
 
 
 @dataclass

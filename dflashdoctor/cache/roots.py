@@ -30,6 +30,11 @@ class CacheRoot:
     empty: bool = False  # the variable is set to "": torch and triton then cache in the current folder
 
 
+def described(roots: list[CacheRoot]) -> str:
+    """The roots as a report names its target: "kind path, ..."."""
+    return ", ".join(f"{root.kind} {root.path}" for root in roots)
+
+
 def absolute(path: str | os.PathLike[str]) -> Path:
     """An absolute path to the same folder. A `..` is resolved by the filesystem (links included), not
     by cutting the string, and only then: a root reached through a link keeps the path the user gave."""

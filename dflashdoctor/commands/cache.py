@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,13 @@ from dflashdoctor.cache import quarantine as q
 from dflashdoctor.cache.layout import not_a_cache
 from dflashdoctor.cache.model import RootScan
 from dflashdoctor.cache.observations import CacheObservations
-from dflashdoctor.cache.roots import CacheRoot, absolute, resolve_roots
+from dflashdoctor.cache.repair_log import Refusal, RepairLog
+from dflashdoctor.cache.roots import CacheRoot, absolute, described, resolve_roots
 from dflashdoctor.cache.scan import installed_triton, named_roots_usable, scan_root, scan_roots
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.cache import judge
 from dflashdoctor.limits import seconds_problem
+from dflashdoctor.observations import dump
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.report import Report
 from dflashdoctor.safe_fs import Untrusted, refused_because
@@ -71,7 +73,7 @@ def _cache(options: CacheOptions, argv: list[str], budgets: Budgets) -> Report:
     named = _named_quarantine(options.quarantine) if options.quarantine is not None else None
     started = time.monotonic()
     report = new_report("cache", argv)
-    log = q.RepairLog()
+    log = RepairLog()
     scans: list[RootScan] = []
     facts: dict[str, dict[str, Any]] = {}
     if options.action == "restore":
@@ -82,9 +84,11 @@ def _cache(options: CacheOptions, argv: list[str], budgets: Budgets) -> Report:
         roots, scans, facts = scan_roots(os.environ, options.triton_dir, options.inductor_dir, options.all_roots)
         if options.action == "fix":
             _fix(roots, scans, facts, installed_triton(), options.wait_s, log)
-    report.environment.update(target=", ".join(f"{r.kind} {r.path}" for r in roots), triton=installed_triton())
-    observations = CacheObservations(scans=scans, facts=facts, log=log)
-    report.observations["cache"] = asdict(observations)
+    observations = CacheObservations(
+        scans=scans, facts=facts, log=log, roots=described(roots), triton=installed_triton()
+    )
+    report.environment.update(target=observations.roots, triton=observations.triton)
+    report.observations["cache"] = dump(observations)
     report.results.extend(judge(observations, budgets))
     return finish(report, started)
 
@@ -117,16 +121,16 @@ SPEC = ProbeSpec(
 )
 
 
-def _unusable(root: Path, exc: OSError | Untrusted, log: q.RepairLog, doing: str) -> None:
+def _unusable(root: Path, exc: OSError | Untrusted, log: RepairLog, doing: str) -> None:
     """A quarantine folder that cannot be used: refused (not ours, loose, a link) or blocked."""
     if isinstance(exc, Untrusted):
-        log.refusals.append(q.Refusal(exc.path, [exc.reason]))
+        log.refusals.append(Refusal(exc.path, [exc.reason]))
         return
     where = f" ({exc.filename})" if isinstance(exc.filename, str) else ""
     log.blocked.append((str(root), str(q.home_of(root)), f"cannot be {doing}: {refused_because(exc)}{where}"))
 
 
-def _open_home(root: Path, create: bool, log: q.RepairLog) -> q.QuarantineHome | None:
+def _open_home(root: Path, create: bool, log: RepairLog) -> q.QuarantineHome | None:
     """The root's quarantine folder, checked; None (and why, in the log) when it cannot be used."""
     try:
         return q.QuarantineHome.open(root, create=create)
@@ -136,7 +140,7 @@ def _open_home(root: Path, create: bool, log: q.RepairLog) -> q.QuarantineHome |
 
 
 def _locked(
-    stack: contextlib.ExitStack, homes: list[q.QuarantineHome], wait_s: float, log: q.RepairLog
+    stack: contextlib.ExitStack, homes: list[q.QuarantineHome], wait_s: float, log: RepairLog
 ) -> list[q.QuarantineHome]:
     """Locks every home, in one order for every run (by the folder's identity, whatever path it was
     reached by), so that two runs over several roots cannot wait for each other. The homes locked."""
@@ -157,7 +161,7 @@ def _fix(
     facts: dict[str, dict[str, Any]],
     triton_version: str | None,
     wait_s: float,
-    log: q.RepairLog,
+    log: RepairLog,
 ) -> None:
     """Under each root's lock: finish what a killed fix left, scan again (another fix may have moved
     entries since the first scan), and quarantine what is still broken."""
@@ -169,7 +173,7 @@ def _fix(
                 continue
             foreign = not_a_cache(root.path) or (f"{root.source} is set but empty" if root.empty else None)
             if foreign:  # a project's files are not cache entries: nothing is moved out of it
-                log.refusals.append(q.Refusal(str(root.path), [foreign]))
+                log.refusals.append(Refusal(str(root.path), [foreign]))
                 continue
             home = _open_home(root.path, broken, log)
             if home is not None:
@@ -189,7 +193,7 @@ def _fix(
                 log.fixed.append((str(home.root), run))
 
 
-def _restore(roots: list[CacheRoot], named: tuple[Path, str] | None, wait_s: float, log: q.RepairLog) -> None:
+def _restore(roots: list[CacheRoot], named: tuple[Path, str] | None, wait_s: float, log: RepairLog) -> None:
     """Every quarantine not yet restored of each root, oldest first; or the one the user named."""
     targets = [named] if named is not None else [(root.path, None) for root in roots]
     with contextlib.ExitStack() as stack:

@@ -7,7 +7,7 @@ from typing import Any
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.cache.model import Problem, RootScan
 from dflashdoctor.cache.observations import CacheObservations
-from dflashdoctor.cache.quarantine import QuarantineRun, Refusal
+from dflashdoctor.cache.repair_log import QuarantineRun, Refusal
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.report import Finding, ProbeResult, Where

@@ -22,7 +22,7 @@ from dflashdoctor.observations import BlockObservations, load
 from dflashdoctor.registry import PROBES
 
 HERE = Path(__file__).parent
-_DOCTOR_SIDE = ("run", "cache")  # their observations are not loaded through load()
+_DOCTOR_SIDE = ("run",)  # its observations are not loaded through load()
 
 
 def _filled(hint: Any, value: Any) -> Any:
