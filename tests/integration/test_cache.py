@@ -1,6 +1,11 @@
 """cache check|fix|restore on real folders: Triton trees laid out as triton writes them, a real
 Inductor cache from a CPU torch.compile, each kind of damage planted and found on exactly its entry,
-and fix/restore byte-identical, also after a kill -9 in the middle of a fix."""
+and fix/restore byte-identical, also after a kill -9 in the middle of a fix.
+
+`cache` on this machine's roots scans, fixes and restores in the doctor's own process: the helper
+`check` runs it in this one (run_cli_here). A real child process where the process is the point: one killed or
+stopped mid-way, two at once, one under setpriv (permissions that bind root), and crafted files that
+once crashed it."""
 
 from __future__ import annotations
 
@@ -21,14 +26,15 @@ from dflashdoctor.cache import manifest, quarantine
 from dflashdoctor.cache.environment import mount_of
 from dflashdoctor.cache.triton_scan import scan_triton
 from tests import cache_tree
-from tests.conftest import permissions_apply, run_cli
+from tests.conftest import permissions_apply, run_cli, run_cli_here, run_main_here
 
 EXPECTED_KIND = {name: "corrupt" for name in cache_tree.DAMAGE} | {"stray-tmp": "orphan-tmp", "no-group": "incomplete"}
 CODE = {"corrupt": "cache-corrupt-entry", "orphan-tmp": "cache-orphan-tmp", "incomplete": "cache-incomplete-entry"}
 
 
-def check(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
-    return run_cli(tmp_path, "cache", *args, env=env)
+def check(tmp_path: Path, *args: str, env: dict[str, str | None] | None = None):
+    """`cache ARGS` in this process, in tmp_path, with run_cli's --report-dir."""
+    return run_cli_here(tmp_path, "cache", *args, env=env)
 
 
 def test_healthy_triton_tree_is_clean(tmp_path):
@@ -246,7 +252,7 @@ def test_an_empty_cache_variable_is_the_current_folder_as_triton_and_torch_read_
     folder: both write their cache there. The check looks there too, and calls it relative."""
     cache_tree.healthy_tree(tmp_path / "cwd", 1)
     env = {"TRITON_CACHE_DIR": "", "TORCHINDUCTOR_CACHE_DIR": ""}
-    run = run_cli(tmp_path / "cwd", "cache", "check", env=env)
+    run = run_cli_here(tmp_path / "cwd", "cache", "check", env=env)
     checked = {root["path"]: root["source"] for root in run.report["results"][0]["measurements"]["roots"]}
     assert checked == {str(tmp_path / "cwd"): "TRITON_CACHE_DIR"}  # both name that folder: checked once
     assert {f["evidence"]["source"] for f in run.findings("cache-relative-path")} == {"TRITON_CACHE_DIR"}
@@ -522,14 +528,7 @@ def test_fix_moves_nothing_out_of_a_project_given_as_the_cache(tmp_path, how):
     # the variable's root is the environment's: --triton-dir names another, --all-roots keeps both
     args = ["--inductor-dir", "."] if env is None else ["--triton-dir", str(tmp_path / "triton"), "--all-roots"]
     (tmp_path / "triton").mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "dflashdoctor", "cache", "fix", *args, "--json"],
-        capture_output=True,
-        text=True,
-        cwd=project,
-        env={**os.environ, **(env or {})},
-        timeout=300,
-    )
+    done = run_main_here(project, ["cache", "fix", *args, "--json"], env)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr
     report = json.loads(done.stdout)
     found = [f for r in report["results"] for f in r["findings"]]
@@ -587,23 +586,8 @@ def test_the_inductor_scan_never_reads_through_a_link_or_a_fifo(tmp_path):
     (shard / "clink.py").symlink_to(secret)
     os.mkfifo(shard / "cfifo.py")
     (tmp_path / "triton").mkdir()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dflashdoctor",
-            "cache",
-            "check",
-            "--json",
-            "--inductor-dir",
-            str(tmp_path / "inductor"),
-            "--triton-dir",
-            str(tmp_path / "triton"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    roots = ["--inductor-dir", str(tmp_path / "inductor"), "--triton-dir", str(tmp_path / "triton")]
+    done = run_main_here(tmp_path, ["cache", "check", "--json", *roots])
     assert done.returncode == 1, done.stderr
     titles = [f["title"] for r in json.loads(done.stdout)["results"] for f in r["findings"]]
     assert any("a symbolic link to" in t and "not followed" in t for t in titles), titles

@@ -1,7 +1,10 @@
-"""The exit-code contract as a table: hostile inputs across all seven commands, each run as a user runs
-it (a real child process), each with the exit code it must give (0 pass, 1 findings, 2 bad input,
-3 probe crashed), and for every row: no traceback of dflashdoctor's own, with --json one JSON document
-on stdout (or nothing, for bad input), a report where one is promised, bad input as one line."""
+"""The exit-code contract as a table: hostile inputs across all seven commands, each with the exit code
+it must give (0 pass, 1 findings, 2 bad input, 3 probe crashed), and for every row: no traceback of
+dflashdoctor's own, with --json one JSON document on stdout (or nothing, for bad input), a report
+where one is promised, bad input as one line. A row runs the CLI in this process (conftest's
+run_main_here: the probes and programs it starts are still child processes); the rows marked `child`
+run it as a user does, a real `python -m dflashdoctor`, for what only a real process shows (its
+exit status, and bytes a program or a file name puts through its pipes)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests import cache_tree
+from tests.conftest import run_main_here
 from tests.paths import TARGETS
 from tests.unit.test_renderers import rendered_markdown
 
@@ -31,6 +35,7 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     child_output: bool = False  # the command under `run` prints its own traceback
     also: Callable[[subprocess.CompletedProcess[str], Path], None] | None = None
+    child: bool = False  # run as a real `python -m dflashdoctor`, not in this process
 
 
 def _no_secret(done: subprocess.CompletedProcess[str], report: Path) -> None:
@@ -108,7 +113,7 @@ CASES = [
     Case("cc-python-missing", ("check-compile", "--python", "/no/such/python3"), BAD),
     Case("cc-python-without-torch", ("check-compile", "--python", "{w}/venv/bin/python"), BAD),
     Case("cc-ssh-spec", ("check-compile", "--ssh", "-oProxyCommand=x"), BAD),
-    Case("cc-unknown-option", ("check-compile", "--frobnicate"), BAD),
+    Case("cc-unknown-option", ("check-compile", "--frobnicate"), BAD, child=True),
     Case("cc-report-dir-file", ("check-compile", "--report-dir", "{w}/a_file"), BAD),
     Case("cc-report-dir-under-file", ("check-compile", "--report-dir", "{w}/a_file/below"), BAD),
     Case(
@@ -178,13 +183,14 @@ CASES = [
     Case("run-hang-timeout-nan", ("run", "--hang-timeout", "nan", "--", sys.executable, "-c", "pass"), BAD),
     Case("run-hang-timeout-inf", ("run", "--hang-timeout", "inf", "--", sys.executable, "-c", "pass"), BAD),
     Case("run-report-dir-file", ("run", "--report-dir", "{w}/a_file", "--", sys.executable, "-c", "pass"), BAD),
-    Case("run-json-stdout", ("run", "--", sys.executable, "-c", "print('x')"), 0, also=_one_json_document),
+    Case("run-json-stdout", ("run", "--", sys.executable, "-c", "print('x')"), 0, also=_one_json_document, child=True),
     Case("run-child-exits-3", ("run", "--", sys.executable, "-c", "raise SystemExit(3)"), 1),
     Case(
         "run-child-raises-surrogate",
         ("run", "--", sys.executable, "-c", "raise ValueError('bad \\udcff name')"),
         1,
         child_output=True,
+        child=True,
     ),
     Case(
         "run-child-killed",
@@ -196,7 +202,7 @@ CASES = [
         "run-hang-in-a-shell", ("run", "--hang-timeout", "2", "--", "bash", "-c", "sleep 1000"), 1, also=_hang_finding
     ),
     # gate: configuration and overrides
-    Case("gate-config-missing", ("gate", "--config", "{w}/missing.toml"), BAD),
+    Case("gate-config-missing", ("gate", "--config", "{w}/missing.toml"), BAD, child=True),
     Case("gate-config-not-utf8", ("gate", "--config", "{w}/not_utf8.toml"), BAD),
     Case("gate-config-not-toml", ("gate", "--config", "{w}/not_toml.toml"), BAD),
     Case("gate-timeout-nan", ("gate", "--config", "{w}/timeout_nan.toml"), BAD),
@@ -215,7 +221,7 @@ CASES = [
     Case("gate-sarif-folder", ("gate", "--config", "{w}/env_only.toml", "--sarif", "{w}"), BAD),
     Case("gate-env-only", ("gate", "--config", "{w}/env_only.toml"), 0),
     # env
-    Case("env-python-missing", ("env", "--python", "/no/such/python3"), BAD),
+    Case("env-python-missing", ("env", "--python", "/no/such/python3"), BAD, child=True),
     Case("env-python-without-torch", ("env", "--python", "{w}/venv/bin/python"), BAD),
     Case("env-ssh-port", ("env", "--ssh", "host:99999"), BAD),
     Case(
@@ -232,11 +238,17 @@ CASES = [
     Case("cache-wait-nan", ("cache", "fix", "--triton-dir", "{w}/triton", "--wait", "nan"), BAD),
     Case("cache-restore-not-a-quarantine", ("cache", "restore", "{w}"), BAD),
     Case("cache-report-dir-file", ("cache", "check", "--triton-dir", "{w}/triton", "--report-dir", "{w}/a_file"), BAD),
-    Case("cache-non-utf8-root", ("cache", "check", "--triton-dir", "{w}/lat\udce9n/triton"), 1, also=_shown_escaped),
+    Case(
+        "cache-non-utf8-root",
+        ("cache", "check", "--triton-dir", "{w}/lat\udce9n/triton"),
+        1,
+        also=_shown_escaped,
+        child=True,
+    ),
     Case("cache-healthy", ("cache", "check", "--triton-dir", "{w}/triton"), 0),
     # the CLI itself
-    Case("cli-unknown-command", ("frobnicate",), BAD),
-    Case("cli-version", ("--version",), 0),
+    Case("cli-unknown-command", ("frobnicate",), BAD, child=True),
+    Case("cli-version", ("--version",), 0, child=True),
 ]
 
 
@@ -303,15 +315,20 @@ def test_exit_code_contract(case: Case, workspace: Path, tmp_path: Path) -> None
     words = _command_words(argv)
     report = tmp_path / "report"
     ours = [] if not words else [*(["--report-dir", str(report)] if "--report-dir" not in argv else []), "--json"]
-    done = subprocess.run(
-        [sys.executable, "-m", "dflashdoctor", *argv[:words], *ours, *argv[words:]],
-        capture_output=True,
-        text=True,
-        errors="backslashreplace",
-        timeout=600,
-        cwd=tmp_path,
-        env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "tc"), **case.env},
-    )
+    argv = [*argv[:words], *ours, *argv[words:]]
+    env = {"TRITON_CACHE_DIR": str(tmp_path / "tc"), **case.env}
+    if case.child:
+        done = subprocess.run(
+            [sys.executable, "-m", "dflashdoctor", *argv],
+            capture_output=True,
+            text=True,
+            errors="backslashreplace",
+            timeout=600,
+            cwd=tmp_path,
+            env={**os.environ, **env},
+        )
+    else:
+        done = run_main_here(tmp_path, argv, env, errors="backslashreplace")
     assert done.returncode == case.code, f"stdout: {done.stdout[-2000:]}\nstderr: {done.stderr[-2000:]}"
     if not case.child_output:
         assert "Traceback (most recent call last)" not in done.stderr, done.stderr[-3000:]
@@ -330,6 +347,7 @@ def test_exit_code_contract(case: Case, workspace: Path, tmp_path: Path) -> None
 def test_the_table_is_large_enough():
     assert len(CASES) >= 80
     assert {c.argv[0] for c in CASES} >= set(COMMANDS)
+    assert {c.code for c in CASES if c.child} == {0, 1, BAD}  # each kind of ending, from a real process too
 
 
 def _started(argv: list[str], cwd: Path) -> subprocess.Popen[str]:

@@ -1,6 +1,7 @@
 """`gate` and `env` for real: the default gate on the embedded reference setup, a configuration that
 points at a raw flex_attention target, budgets, the CI formats (JUnit, SARIF 2.1.0, GitHub workflow
-commands), bad configurations, and the environment report with secrets redacted."""
+commands), bad configurations, and the environment report with secrets redacted. A bad configuration
+is refused before any probe starts: those run the gate in this process (`here`), the rest as a child."""
 
 from __future__ import annotations
 
@@ -13,19 +14,21 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from tests import schemas
-from tests.conftest import CliRun, run_cli
+from tests.conftest import CliRun, run_cli, run_cli_here
 from tests.paths import ROOT
 
 RAW_CALL = "dflashdoctor.reference.faults.raw_call:flex_attention_forward"
 RAW_FILE = ROOT / "dflashdoctor" / "reference" / "faults" / "raw_call.py"
 
 
-def gate(tmp_path: Path, *args: str, config: str | None = None, env: dict[str, str] | None = None) -> CliRun:
+def gate(
+    tmp_path: Path, *args: str, config: str | None = None, env: dict[str, str] | None = None, here: bool = False
+) -> CliRun:
+    """The gate as a real child process; `here`: in this process (what the doctor decides before any probe)."""
     if config is not None:
         (tmp_path / "dflashdoctor.toml").write_text(config)
-    return run_cli(
-        tmp_path, "gate", "--junit", str(tmp_path / "junit.xml"), "--sarif", str(tmp_path / "out.sarif"), *args, env=env
-    )
+    argv = ("gate", "--junit", str(tmp_path / "junit.xml"), "--sarif", str(tmp_path / "out.sarif"), *args)
+    return run_cli_here(tmp_path, *argv, env=env) if here else run_cli(tmp_path, *argv, env=env)
 
 
 def _sarif_is_valid_2_1_0(document: dict, schema: Path) -> None:
@@ -118,7 +121,7 @@ def test_pyproject_table_is_read_and_flags_override_it(tmp_path):
     ],
 )
 def test_bad_configuration_is_one_line_and_exit_2(tmp_path, config, message):
-    run = gate(tmp_path, config=config)
+    run = gate(tmp_path, config=config, here=True)
     assert run.code == 2
     assert run.stderr.startswith("dflashdoctor: " + message.format(toml=tmp_path / "dflashdoctor.toml"))
     assert len(run.stderr.strip().splitlines()) == 1

@@ -1,7 +1,8 @@
 """`dflashdoctor lint` as a team runs it: the CLI on the planted folder (every planted pattern found
 at its line, in SARIF) and its healthy twin (exit codes), on the installed transformers and torch
 packages (no finding: the rules never fire on their own integration, threads and dynamic=False
-included), without torch importable, and on bad input."""
+included), without torch importable, and on bad input. Lint runs in the doctor's own process: these
+run it in this one (run_cli_here); the one without torch runs a real, fresh interpreter."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli_here
 from tests.paths import TARGETS
 
 LINT = TARGETS / "lint"
@@ -41,7 +42,7 @@ def _planted() -> set[tuple[str, str, int]]:
 
 
 def test_the_planted_folder_fails_with_each_finding_at_its_line_in_sarif(tmp_path):
-    result = run_cli(tmp_path, "lint", str(LINT / "faulty"), "--json")
+    result = run_cli_here(tmp_path, "lint", str(LINT / "faulty"), "--json")
     assert result.code == 1, result.stderr
     assert sorted(f["code"] for f in result.findings()) == sorted(PLANTED.values())
     sarif = json.loads((result.report_dir / "report.sarif").read_text())
@@ -64,20 +65,20 @@ def test_the_real_torchtune_wrapper_case_fires_at_its_dynamic_false_compile(tmp_
     case = TARGETS.parent / "realworld" / "packed_static.py"
     static = "flex_attention_compiled = torch.compile(flex_attention, dynamic=False)"
     line = next(i for i, t in enumerate(case.read_text().splitlines(), 1) if t.strip() == static)
-    result = run_cli(tmp_path, "lint", str(case), "--json")
+    result = run_cli_here(tmp_path, "lint", str(case), "--json")
     assert result.code == 0, result.stderr  # a warning
     assert [(f["code"], f["where"]["line"]) for f in result.findings()] == [("lint-wrapper-static-varying", line)]
 
 
 def test_the_healthy_twin_passes(tmp_path):
-    result = run_cli(tmp_path, "lint", str(LINT / "healthy"), "--json")
+    result = run_cli_here(tmp_path, "lint", str(LINT / "healthy"), "--json")
     assert result.code == 0 and result.findings() == [], result.stdout[-2000:]
 
 
 @pytest.mark.parametrize("package", ["transformers", "torch"])
 def test_no_finding_on_the_installed_package(tmp_path, package):
     module = pytest.importorskip(package)
-    result = run_cli(tmp_path, "lint", os.path.dirname(module.__file__), "--json", timeout=300)
+    result = run_cli_here(tmp_path, "lint", os.path.dirname(module.__file__), "--json")
     assert result.code == 0 and result.findings() == [], [f["where"] for f in result.findings()][:5]
     assert result.report["results"][0]["measurements"]["files"] > 1000
 
@@ -94,7 +95,7 @@ def test_lint_runs_where_torch_cannot_be_imported(tmp_path):
 
 
 def test_a_path_that_is_not_there_is_one_line_and_exit_2(tmp_path):
-    result = run_cli(tmp_path, "lint", "no/such/folder")
+    result = run_cli_here(tmp_path, "lint", "no/such/folder")
     assert result.code == 2 and result.stderr.strip() == "dflashdoctor: no such file or folder: no/such/folder"
 
 
@@ -104,7 +105,7 @@ def test_a_file_that_is_not_python_is_counted_not_a_crash(tmp_path):
         b"from torch.nn.attention.flex_attention import flex_attention\ndef (:\n"
     )
     (tmp_path / "src" / "latin.py").write_bytes(b"# flex_attention \xff\n")
-    result = run_cli(tmp_path, "lint", "src", "--json")
+    result = run_cli_here(tmp_path, "lint", "src", "--json")
     assert result.code == 0, result.stderr
     assert sorted(Path(p).name for p in result.report["results"][0]["measurements"]["unparsed"]) == [
         "broken.py",
@@ -119,12 +120,12 @@ def test_a_fifo_or_a_device_given_as_a_path_is_named_and_exit_2(tmp_path, kind):
         path, said = "pipe.py", "is a FIFO"
     else:
         path, said = "/dev/zero", "is a character device"
-    result = run_cli(tmp_path, "lint", path, timeout=60)
+    result = run_cli_here(tmp_path, "lint", path)
     assert result.code == 2 and said in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_a_fifo_inside_the_tree_is_counted_never_read(tmp_path):
     (tmp_path / "src").mkdir()
     os.mkfifo(tmp_path / "src" / "waits.py")  # opening it for reading would block forever
-    result = run_cli(tmp_path, "lint", "src", "--json", timeout=60)
+    result = run_cli_here(tmp_path, "lint", "src", "--json")
     assert result.code == 0 and result.report["results"][0]["measurements"]["unparsed"] == [str(Path("src/waits.py"))]

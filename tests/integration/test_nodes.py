@@ -1,7 +1,8 @@
 """The gate across nodes: three sshd on loopback ports act as three nodes of a cluster (named in an ssh
 config, as a cluster names its nodes), each with caches of its own; one node runs another Python
 environment (the hostfile's python=), one has a corrupted Triton cache, and a fourth host is not
-there at all. The merged report names exactly the two odd nodes and what differs."""
+there at all. The merged report names exactly the two odd nodes and what differs. A bad hostfile is
+refused before any node is reached: those run the gate in this process (run_cli_here)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 import pytest
 
 from tests.cache_tree import healthy_tree, truncate_binary
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_here
 from tests.integration.sshd import HAVE_SSH, client_key, free_port, ssh_config, start_sshd
 
 pytestmark = pytest.mark.skipif(not HAVE_SSH, reason="needs sshd and ssh")
@@ -131,5 +132,5 @@ def test_repeated_ssh_and_a_hostfile_on_stdin(tmp_path, cluster):
 )
 def test_a_bad_hostfile_is_one_line_and_exit_2(tmp_path, hostfile, message):
     (tmp_path / "hostfile").write_text(hostfile)
-    run = run_cli(tmp_path, "gate", "--hostfile", "hostfile")
+    run = run_cli_here(tmp_path, "gate", "--hostfile", "hostfile")
     assert run.code == 2 and run.stderr.strip() == f"dflashdoctor: {message}", run.stderr

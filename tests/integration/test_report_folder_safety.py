@@ -1,7 +1,9 @@
 """Report folders written as root where another local user (nobody, through setpriv) was first: links
 planted at the report's names and at the temporary names the next pids would use, a report folder
 that is a link or nobody's own, the default `./reports` linked away in a shared working folder, and
-an agent's event log name planted before the process that would write it starts.
+an agent's event log name planted before the process that would write it starts. The doctor writes
+the report in its own process: these run it in this one (run_main_here), as root; the report shown
+to a full disk is a real child process, whose stdout is /dev/full.
 """
 
 from __future__ import annotations
@@ -15,16 +17,14 @@ from pathlib import Path
 import pytest
 
 from dflashdoctor.report_folder import open_append
-from tests.conftest import as_nobody
+from tests.conftest import as_nobody, run_main_here
 
 CACHE_CHECK = ("cache", "check")
 
 
 def _doctor(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI in a child process, in `cwd`, with only the arguments given (no --report-dir added)."""
-    return subprocess.run(
-        [sys.executable, "-m", "dflashdoctor", *args], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
+    """The CLI in this process, in `cwd`, with only the arguments given (no --report-dir added)."""
+    return run_main_here(cwd, args)
 
 
 def _caches(tmp_path: Path) -> tuple[str, ...]:

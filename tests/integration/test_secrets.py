@@ -1,7 +1,8 @@
 """No file a report folder holds keeps a secret: environment values the env probe reads, a token on
 the command line of a program under `run`, or one in the message of an exception it raised. They
 are redacted where they enter (redaction.py), so the renderings, observations.json and the event
-logs alike are clean; the terminal and --json output too."""
+logs alike are clean; the terminal and --json output too. `env` runs in this process (its probe is a
+child process, with the secrets in its environment); `run` as a real child process."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import stat
 import sys
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_here
 
 TOKEN = "hf_secretvalue0123456789"
 PASSWORD = "pw0rd-not-for-reports"
@@ -27,7 +28,7 @@ def _holding(folder: Path, secrets: tuple[str, ...]) -> list[str]:
 
 def test_env_keeps_no_secret_in_any_file(tmp_path):
     env = {"HF_TOKEN": TOKEN, "TORCH_MIRROR": f"https://bob:{PASSWORD}@mirror.example/x", "TRITON_EXTRA": GITHUB}
-    run = run_cli(tmp_path, "env", env=env)
+    run = run_cli_here(tmp_path, "env", env=env)
     assert run.code == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert not _holding(run.report_dir, (TOKEN, PASSWORD, GITHUB))
     assert TOKEN not in run.stdout and PASSWORD not in run.stdout

@@ -1,6 +1,6 @@
 """`show` renders a saved report.json again: the committed H200 reports come back as they were
 written, a fresh report's every file is reproduced, and anything that is not a report is one line of
-bad input, whatever its bytes."""
+bad input, whatever its bytes. `show` runs in this process (main_here), and once more in a real child."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ ADDED_SINCE = ("tables", "subject", "plots")
 
 
 def _show(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`show` in a real child process (the other tests run it in this one: main_here)."""
     return subprocess.run(
         [sys.executable, "-m", "dflashdoctor", "show", *args], capture_output=True, text=True, cwd=cwd, timeout=120
     )
@@ -56,15 +57,15 @@ def test_the_committed_gpu_reports_render_again_as_written(path):
     assert again == written
 
 
-def test_every_file_of_a_fresh_report_is_reproduced(cli, tmp_path):
+def test_every_file_of_a_fresh_report_is_reproduced(cli_here, main_here, tmp_path):
     cache_tree.healthy_tree(tmp_path / "triton", 2)
-    run = cli("cache", "check", "--triton-dir", str(tmp_path / "triton"))
+    run = cli_here("cache", "check", "--triton-dir", str(tmp_path / "triton"))
     assert run.code == 0, run.stdout + run.stderr
     saved = run.report_dir / "report.json"
     for name, format_name in FILES.items():
-        shown = _show(str(saved), "--format", format_name, cwd=tmp_path)  # rendered where it was made
+        shown = main_here("show", str(saved), "--format", format_name, cwd=tmp_path)  # rendered where it was made
         assert shown.returncode == 0 and shown.stdout == (run.report_dir / name).read_text(), name
-    terminal = _show(str(saved), cwd=tmp_path)
+    terminal = main_here("show", str(saved), cwd=tmp_path)
     assert terminal.returncode == 0 and "PASS: 0 errors" in terminal.stdout
 
 
@@ -83,18 +84,18 @@ def test_every_file_of_a_fresh_report_is_reproduced(cli, tmp_path):
         ),
     ],
 )
-def test_anything_but_a_report_is_one_line_and_exit_2(tmp_path, content, message):
+def test_anything_but_a_report_is_one_line_and_exit_2(tmp_path, main_here, content, message):
     path = tmp_path / "report.json"
     if content is not None:
         path.write_bytes(content)
-    shown = _show(str(path), cwd=tmp_path)
+    shown = main_here("show", str(path))
     assert shown.returncode == 2 and shown.stdout == ""
     assert shown.stderr.startswith("dflashdoctor: ") and message in shown.stderr and shown.stderr.count("\n") == 1
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)  # reading it would block for ever
-    assert "is a FIFO, not a regular file" in _show(str(fifo), cwd=tmp_path).stderr
-    assert "is a folder" in _show(str(tmp_path), cwd=tmp_path).stderr
-    unknown = _show(str(EXAMPLES[0]), "--format", "pdf", cwd=tmp_path)
+    assert "is a FIFO, not a regular file" in main_here("show", str(fifo)).stderr
+    assert "is a folder" in main_here("show", str(tmp_path)).stderr
+    unknown = main_here("show", str(EXAMPLES[0]), "--format", "pdf")
     assert unknown.returncode == 2 and "unknown format 'pdf'" in unknown.stderr
 
 
