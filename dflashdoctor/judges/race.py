@@ -132,7 +132,7 @@ class RaceJudge(Judge):
                     f"{audit['cls']}.run keeps per-call state on the shared instance, without a lock",
                     detail=f"Every thread that calls the same kernel shares these: {listed}. Two threads "
                     "inside one call overwrite each other's `nargs`; the one that finishes first sets it to None.",
-                    evidence=audit,
+                    evidence=dict(audit),  # a copy: the pipeline's verdict adds to it
                     fix=FIX_ADVICE,
                     refs=REFS,
                 )

@@ -13,6 +13,8 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from dflashdoctor.observations import load
+from dflashdoctor.registry import PROBES
 from tests import schemas
 from tests.conftest import CliRun, run_cli, run_cli_here
 from tests.paths import ROOT
@@ -62,6 +64,11 @@ def test_default_gate_passes_on_the_embedded_reference_setup(tmp_path, sarif_sch
     assert race["status"] == "pass" and not [f for f in race["findings"] if f["severity"] == "error"]
     shared = next(f for f in race["findings"] if f["code"] == "autotuner-shared-state")
     assert shared["evidence"]["forced_reproduction"]  # the racy triton, proven, as a warning
+    # the folder keeps what each probe wrote, untouched by its judge: each loads as strictly again
+    kept = json.loads((run.report_dir / "observations.json").read_text())["probes"]
+    assert sorted(kept) == sorted(sections)
+    for probe, observations in kept.items():
+        load(PROBES[probe].observations, observations, strict=True)
     _sarif_is_valid_2_1_0(json.loads((tmp_path / "out.sarif").read_text()), sarif_schema)
     suites = [s.get("name") for s in _junit(tmp_path / "junit.xml", junit_schemas).iter("testsuite")]
     assert suites == sections
