@@ -7,6 +7,7 @@ frame skipped) stays there. A run's outcomes are read from its JUnit XML, test b
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -72,10 +73,31 @@ def _outcomes(junit: Path) -> dict[str, tuple[str, str]]:
     return outcomes
 
 
+_PLUGIN = "dflashdoctor.pytest_plugin"
+
+
+def _installed_plugin() -> bool:
+    return any(entry.value == _PLUGIN for entry in importlib.metadata.entry_points(group="pytest11"))
+
+
 def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, tuple[str, str]]]:
+    """pytest on the pytester folder, in a child. The plugin comes by its entry point where this
+    package is installed, as users get it; named with `-p` where the checkout is only on the path (a
+    GPU node's copy on PYTHONPATH), where pytest would run without it and every marked test pass."""
     junit = pytester.path / "junit.xml"
-    result = pytester.runpytest_subprocess(f"--junitxml={junit}", "-p", "no:cacheprovider", *args, timeout=600)
+    plugin = () if _installed_plugin() else ("-p", _PLUGIN)
+    result = pytester.runpytest_subprocess(f"--junitxml={junit}", "-p", "no:cacheprovider", *plugin, *args, timeout=600)
     return result, _outcomes(junit)
+
+
+@pytest.mark.skipif(
+    not any(d.metadata["Name"] == "dflashdoctor" for d in importlib.metadata.distributions()),
+    reason="the package is not installed here (a checkout on PYTHONPATH)",
+)
+def test_installing_the_package_registers_the_plugin() -> None:
+    """`pip install dflashdoctor` is all a user does for the markers to work: pytest finds the plugin
+    by its pytest11 entry point."""
+    assert _installed_plugin()
 
 
 def test_markers_fail_dense_sites_and_pass_fused_ones(pytester: pytest.Pytester) -> None:
