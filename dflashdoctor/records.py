@@ -524,3 +524,23 @@ class GpuRecord(TypedDict):
     name: str
     capability: str
     memory_bytes: int
+
+
+# ---- cache ----
+
+
+class RootFacts(TypedDict):
+    """Where a scanned cache root lives and how it was named (cache/scan.scan_root): what the cache
+    judge turns into the filesystem, rights, space and naming findings."""
+
+    untrusted: str | None  # why another user's code could be in it
+    mount_point: NotRequired[str]  # where the mount table names one
+    filesystem: NotRequired[str]
+    network_filesystem: NotRequired[bool]
+    free_bytes: int
+    low_space: bool
+    writable: bool  # this user may create entries in it
+    shared_by_ranks: dict[str, str]  # the world-size variables, when every rank shares the root
+    relative: bool  # configured as a relative path
+    empty: bool  # the variable is set to ""
+    source: str  # the variable (or default) that named it

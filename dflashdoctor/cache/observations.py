@@ -5,10 +5,10 @@ cache's types."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from dflashdoctor.cache.model import RootScan
 from dflashdoctor.cache.repair_log import RepairLog
+from dflashdoctor.records import RootFacts
 
 
 @dataclass
@@ -17,7 +17,7 @@ class CacheObservations:
     only) on another one, written there by probes/cache_check.py."""
 
     scans: list[RootScan] = field(default_factory=list)
-    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # root path -> its filesystem's facts
+    facts: dict[str, RootFacts] = field(default_factory=dict)  # root path -> where it lives (roots that exist)
     log: RepairLog = field(default_factory=RepairLog)
     roots: str = ""  # the roots scanned, as "kind path, ...": the report's target
     triton: str | None = None  # the triton installed where the roots were scanned

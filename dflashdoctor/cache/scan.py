@@ -12,7 +12,6 @@ import os
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from dflashdoctor.cache.environment import inspect_root
 from dflashdoctor.cache.inductor_scan import scan_inductor
@@ -20,6 +19,7 @@ from dflashdoctor.cache.model import RootScan
 from dflashdoctor.cache.roots import CacheRoot, resolve_roots
 from dflashdoctor.cache.triton_scan import scan_triton
 from dflashdoctor.errors import BadInput
+from dflashdoctor.records import RootFacts
 
 
 def usable_dir(path: Path, option: str) -> None:
@@ -49,15 +49,17 @@ def installed_triton() -> str | None:
         return None
 
 
-def scan_root(root: CacheRoot, triton_version: str | None) -> tuple[RootScan, dict[str, Any]]:
-    """One root's entries and problems, and the facts of where it lives (filesystem, space, rights)."""
+def scan_root(root: CacheRoot, triton_version: str | None) -> tuple[RootScan, RootFacts | None]:
+    """One root's entries and problems, and the facts of where it lives (filesystem, space, rights);
+    a root not made yet has none."""
     if not root.path.is_dir():
-        return RootScan(root.kind, str(root.path), root.source, exists=False), {}
+        return RootScan(root.kind, str(root.path), root.source, exists=False), None
     if root.kind == "triton":
         scan = scan_triton(root.path, root.source, triton_version)
     else:
         scan = scan_inductor(root.path, root.source)
-    facts = inspect_root(root.path, os.environ) | {
+    facts: RootFacts = {
+        **inspect_root(root.path, os.environ),
         "relative": root.relative,
         "empty": root.empty,
         "source": root.source,
@@ -67,13 +69,17 @@ def scan_root(root: CacheRoot, triton_version: str | None) -> tuple[RootScan, di
 
 def scan_roots(
     environ: Mapping[str, str], triton_dir: Path | None, inductor_dir: Path | None, all_roots: bool
-) -> tuple[list[CacheRoot], list[RootScan], dict[str, dict[str, Any]]]:
-    """Every root this machine's environment points at (or the ones named), scanned."""
+) -> tuple[list[CacheRoot], list[RootScan], dict[str, RootFacts]]:
+    """Every root this machine's environment points at (or the ones named), scanned; the facts of
+    each root that exists, by its path."""
     named_roots_usable(triton_dir, inductor_dir)
     roots = resolve_roots(environ, triton_dir, inductor_dir, all_roots)
     triton_version = installed_triton()
-    scans, facts = [], {}
+    scans: list[RootScan] = []
+    facts: dict[str, RootFacts] = {}
     for root in roots:
-        scan, facts[str(root.path)] = scan_root(root, triton_version)
+        scan, found = scan_root(root, triton_version)
         scans.append(scan)
+        if found is not None:
+            facts[scan.path] = found
     return roots, scans, facts

@@ -10,7 +10,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.cache import quarantine as q
@@ -25,6 +24,7 @@ from dflashdoctor.judges.cache import judge
 from dflashdoctor.limits import seconds_problem
 from dflashdoctor.observations import dump
 from dflashdoctor.probe_spec import ProbeSpec
+from dflashdoctor.records import RootFacts
 from dflashdoctor.report import Report
 from dflashdoctor.safe_fs import Untrusted, refused_because
 from dflashdoctor.session import PROBE_TIMEOUT_S, finish, new_report, probe_into_report, probe_python
@@ -75,7 +75,7 @@ def _cache(options: CacheOptions, argv: list[str], budgets: Budgets) -> Report:
     report = new_report("cache", argv)
     log = RepairLog()
     scans: list[RootScan] = []
-    facts: dict[str, dict[str, Any]] = {}
+    facts: dict[str, RootFacts] = {}
     if options.action == "restore":
         named_roots_usable(options.triton_dir, options.inductor_dir)
         roots = resolve_roots(os.environ, options.triton_dir, options.inductor_dir, options.all_roots)
@@ -158,7 +158,7 @@ def _locked(
 def _fix(
     roots: list[CacheRoot],
     scans: list[RootScan],
-    facts: dict[str, dict[str, Any]],
+    facts: dict[str, RootFacts],
     triton_version: str | None,
     wait_s: float,
     log: RepairLog,
@@ -183,7 +183,9 @@ def _fix(
             runs = home.resume_unfinished(log.refusals)
             log.fixed += [(str(home.root), run) for run in runs]
             retried = {o.original for run in runs for o in run.outcomes if o.state == "failed"}  # in their manifest
-            scans[index], facts[scans[index].path] = scan_root(roots[index], triton_version)
+            scans[index], found = scan_root(roots[index], triton_version)
+            if found is not None:
+                facts[scans[index].path] = found
             try:
                 run = home.quarantine(scans[index].kind, [p for p in scans[index].problems if p.entry not in retried])
             except OSError as exc:  # no quarantine folder or manifest could be written: nothing was moved

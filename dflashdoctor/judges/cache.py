@@ -159,7 +159,9 @@ class CacheJudge(Judge):
         )
 
     def _surroundings(self, scan: RootScan) -> None:
-        facts = self.facts.get(scan.path, {})
+        facts = self.facts.get(scan.path)
+        if facts is None:  # not made yet: nothing around it to judge
+            return
         evidence = {"root": scan.path, **facts}
         if facts.get("network_filesystem"):
             self.findings.append(shared_filesystem_finding(scan.kind, scan.path, facts, evidence))
