@@ -19,8 +19,8 @@ import contextlib
 import os
 import signal
 import time
-from typing import Any
 
+from dflashdoctor.records import LeftRunningRecord
 from dflashdoctor.redaction import redact_argv
 
 _POLL_S = 0.1  # a scan of every process's environment
@@ -119,7 +119,7 @@ def still_running(group: int, marker: str) -> set[int]:
     return left
 
 
-def stop_leftovers(group: int, marker: str, settle_s: float = _SETTLE_S) -> list[dict[str, Any]]:
+def stop_leftovers(group: int, marker: str, settle_s: float = _SETTLE_S) -> list[LeftRunningRecord]:
     """What of an exited child still runs: given `settle_s` to end on its own, then named and
     stopped (SIGTERM, SIGKILL after a grace period)."""
     deadline = time.monotonic() + settle_s
@@ -127,7 +127,9 @@ def stop_leftovers(group: int, marker: str, settle_s: float = _SETTLE_S) -> list
         if all(follows_its_parent(pid) for pid in left):
             break  # only torch's compile workers, which are going anyway: stopped now, unnamed
         time.sleep(_POLL_S)
-    named = [{"pid": pid, "command": command_of(pid)} for pid in sorted(left) if not follows_its_parent(pid)]
+    named: list[LeftRunningRecord] = [
+        {"pid": pid, "command": command_of(pid)} for pid in sorted(left) if not follows_its_parent(pid)
+    ]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in left:
             with contextlib.suppress(OSError):

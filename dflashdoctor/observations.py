@@ -23,6 +23,7 @@ from dflashdoctor.records import (
     ClassAuditRecord,
     CompileRecord,
     ConcurrentEntryRecord,
+    DeviceMemory,
     FlaState,
     GpuRecord,
     KernelTrialRecord,
@@ -162,6 +163,19 @@ class TraceAttentionObservations:
 
 
 @dataclass
+class RunSnapshot(TraceAttentionObservations):
+    """`run`: one process's trace-attention observations so far, as the agent snapshots them
+    (agent/torch_instruments), with what only a whole run has. The run judge reads the last one."""
+
+    dense_events_total: int = 0  # every dense kernel seen; `dense_events` keeps the last ones
+    steps: int = 0  # optimizer steps
+    memory: dict[str, DeviceMemory] = field(default_factory=dict)  # by device, now
+    autotuner_overlaps: list[ConcurrentEntryRecord] = field(default_factory=list)
+    autotuned_kernels: list[str] = field(default_factory=list)
+    unavailable: list[str] = field(default_factory=list)  # instrumentation that could not be installed
+
+
+@dataclass
 class RaceObservations:
     """The stub kernel's trials (forced and natural), or a real kernel's (`kernel_trials`)."""
 
@@ -240,6 +254,12 @@ def load(cls: type[T], data: Any, *, strict: bool = False) -> T:
     (an `observations.json` kept from another version): unknown keys are ignored, missing fields
     take their defaults, and records are taken as they are."""
     return _load(cls, data, strict, cls.__name__)
+
+
+def check_record(record_type: Any, value: Any, where: str) -> None:
+    """`value` against a records.py TypedDict by load's strict rules, for a record read on its own
+    (a `run` event line): an ObservationsError naming where it differs."""
+    _record(record_type, value, True, where)
 
 
 def _load(cls: type[T], data: Any, strict: bool, where: str) -> T:

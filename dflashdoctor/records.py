@@ -544,3 +544,142 @@ class RootFacts(TypedDict):
     relative: bool  # configured as a relative path
     empty: bool  # the variable is set to ""
     source: str  # the variable (or default) that named it
+
+
+# ---- run: what the agent writes in the command's processes, and what the doctor sees of them ----
+
+
+class EventRecord(TypedDict):
+    """What every line the agent writes starts with (agent/events.EventLog.write)."""
+
+    t: float
+    pid: int
+    rank: int | None
+    kind: str
+
+
+class StartEvent(EventRecord):
+    argv: list[str]  # redacted
+    executable: str
+    ppid: int
+    cwd: str
+    python: str
+    env: dict[str, str]  # the rank variables only
+
+
+class InstrumentedEvent(EventRecord):
+    torch: str
+    unavailable: list[str]  # the hooks that could not be installed, and why
+
+
+class ExitEvent(EventRecord):
+    ending: str  # exit, steps-limit, terminated, ...
+    event_write_failures: int
+
+
+class DeviceMemory(TypedDict):
+    allocated_bytes: int
+    peak_bytes: int  # the allocator's running peak
+    reserved_bytes: int
+
+
+class StepTimes(TypedDict):
+    mean: float
+    min: float
+    max: float
+
+
+class StepEvent(EventRecord):
+    step: int  # the last optimizer step the record covers
+    covers: int
+    memory: dict[str, DeviceMemory]  # by device, cuda:N
+    step_s: StepTimes | None
+
+
+class DenseKernelEvent(EventRecord):
+    event: DenseEventRecord
+
+
+class LoggedDense(DenseEventRecord):
+    """A dense kernel as the reader keeps it (DenseKernelEvent's event, with when)."""
+
+    t: float
+
+
+class ExceptionEvent(EventRecord):
+    thread: str
+    type: str
+    message: str  # redacted
+    traceback: str  # redacted
+    where: SourceSite | None  # the innermost frame in the user's files
+    raised_at: str | None
+    module: str | None  # the innermost user nn.Module that was running
+    oom: bool
+
+
+class CallInFlight(TypedDict):
+    """A flex_attention call the agent saw start (agent/torch_instruments._describe)."""
+
+    t: float
+    file: str | None
+    line: int | None
+    function: str | None
+    module: str | None
+    via: str | None
+    thread: str
+    calls_before: int
+    dense_forward_before: int
+
+
+class OomEvent(EventRecord):
+    """What the allocator said at the failed allocation, before the exception unwound anything."""
+
+    device: str
+    requested_bytes: int
+    device_total_bytes: int
+    free_bytes: int
+    thread: str
+    in_flight: CallInFlight | None
+    last_calls: list[CallInFlight]
+    dense_events: list[DenseEventRecord]
+    memory_snapshot: str | None
+    steps: int
+
+
+class AgentErrorEvent(EventRecord):
+    what: str
+    error: str
+
+
+class SnapshotEvent(EventRecord):
+    reason: str  # step, exit, exception, steps-limit, terminated, oom
+    observations: dict[str, object]  # observations.RunSnapshot's JSON, loaded strictly by the reader
+
+
+class ThreadStack(TypedDict):
+    name: str
+    frames: list[str]  # file:line in function, innermost last
+
+
+class Stacks(TypedDict):
+    """A stuck process's threads (runs/stacks.dump_stacks): py-spy's, else faulthandler's."""
+
+    tool: str
+    threads: list[ThreadStack]
+    note: NotRequired[str]  # why not py-spy
+    error: NotRequired[str]  # why there are none
+
+
+class HangRecord(TypedDict):
+    """The watchdog's stop: how long the run was silent, every live process's stacks by pid."""
+
+    silent_s: float
+    stacks: dict[int, Stacks]
+    deadline_s: NotRequired[float]  # stopped at the run's time limit, not for silence
+
+
+class LeftRunningRecord(TypedDict):
+    """A process still running after the command (or a probe) ended, stopped by the doctor."""
+
+    pid: int
+    command: str

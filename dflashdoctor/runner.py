@@ -31,6 +31,7 @@ from dflashdoctor.forkserver.server import READ_WHEN_USED
 from dflashdoctor.leftovers import stop_leftovers
 from dflashdoctor.probe_support import PARENT_VARIABLE
 from dflashdoctor.processes import kill_with_group, output_tail
+from dflashdoctor.records import LeftRunningRecord
 from dflashdoctor.remote import SshTarget, run_remote
 
 _STACK_DUMP_GRACE_S = 2.0
@@ -50,7 +51,7 @@ class ProbeRun:
     stdout_tail: str = ""
     stderr_tail: str = ""
     argv: list[str] = field(default_factory=list)
-    left_running: list[dict[str, Any]] = field(default_factory=list)  # {"pid", "command"}, stopped by the doctor
+    left_running: list[LeftRunningRecord] = field(default_factory=list)  # stopped by the doctor
 
     def crash_summary(self) -> str:
         if self.timed_out:

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import fields
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,9 @@ _Call = tuple[float, "FlexSite", str, int, int]
 _DENSE_LOGGED = 200  # dense kernel events logged one by one, and kept in a snapshot (the rest counted)
 _DENSE_BATCH_S = 1.0
 _HISTORY_ENTRIES = 50_000  # allocations kept for the snapshot: the ones before an OOM are what matter
+
+# the event's own state (the blocks it is older work than), never in a written line
+_NOT_WRITTEN = frozenset(f.name for f in fields(DenseEvent) if not f.metadata.get("written", True))
 
 
 def _dynamo_disabled() -> bool:
@@ -224,7 +228,8 @@ class TorchInstruments:
         with self._dense_lock:
             pending, self._dense_pending = self._dense_pending, []
         for t, event in pending:
-            self.log.write("dense", t=round(t, 3), event={**vars(event), "forward_site": None, "peak_bytes": None})
+            written = {k: v for k, v in vars(event).items() if k not in _NOT_WRITTEN}
+            self.log.write("dense", t=round(t, 3), event={**written, "forward_site": None, "peak_bytes": None})
 
     def _flex_call(self, site: FlexSite, entering: bool) -> None:
         """The call each thread has in flight (an out-of-memory inside it names it) and the last ones.
@@ -337,6 +342,7 @@ class TorchInstruments:
             self.log.write("snapshot", reason=reason, observations=self._observations(final=reason in FINAL_SNAPSHOTS))
 
     def _observations(self, *, final: bool) -> dict[str, Any]:
+        """observations.RunSnapshot's JSON, which the doctor loads strictly."""
         if self.flex is not None and final:  # finding the names wrappers are bound to walks every module
             main = sys.modules.get("__main__")
             self.flex.name_wrappers({"__main__": vars(main)} if main is not None else {})
@@ -351,9 +357,14 @@ class TorchInstruments:
             "python": sys.version.split()[0],
             "transformers": getattr(transformers, "__version__", None),
             "expect_wrapper": None,
-            "traced_script": {
+            "traced_model": None,
+            "traced_drafter": None,
+            "traced_script": {  # the program is the traced script; FLA's state is env's to report
                 "script": sys.argv[0] if sys.argv else "",
                 "error": None,
+                "fla": None,
+                "fla_import_stopped": None,
+                "fla_refused": None,
                 "layers": self.hf.layers() if self.hf is not None else [],
                 "sites": [s.to_dict() for s in list(self.hf.sites.values())] if self.hf is not None else [],
                 "flex_sites": [s.to_dict() for s in list(self.flex.sites.values())] if self.flex is not None else [],

@@ -3,13 +3,12 @@ dflashdoctor/leftovers.py): the same for a `run` command and for a probe's targe
 
 from __future__ import annotations
 
-from typing import Any
-
 from dflashdoctor.codes import finding
+from dflashdoctor.records import LeftRunningRecord
 from dflashdoctor.report import Finding
 
 
-def left_running_finding(left: list[dict[str, Any]], whose: str) -> Finding:
+def left_running_finding(left: list[LeftRunningRecord], whose: str) -> Finding:
     """`whose` ("the command", "probe trace-attention") exited, but processes it started still ran: a
     job that leaves a daemon writing (or holding a GPU) after its report is not over."""
     named = "; ".join(f"pid {p.get('pid')}: {p.get('command')}" for p in left[:5]) + (" ..." if len(left) > 5 else "")

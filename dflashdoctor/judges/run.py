@@ -13,6 +13,7 @@ import itertools
 import math
 import signal
 import statistics
+from dataclasses import replace
 from typing import Any
 
 from dflashdoctor.agent.config import FINAL_SNAPSHOTS
@@ -25,8 +26,9 @@ from dflashdoctor.judges.known_causes import known_cause
 from dflashdoctor.judges.leftovers import left_running_finding
 from dflashdoctor.judges.plots import step_plots
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
-from dflashdoctor.observations import TraceAttentionObservations, load
+from dflashdoctor.observations import DenseEvent, RunSnapshot, load
 from dflashdoctor.probe_support import first_line
+from dflashdoctor.records import HangRecord, LeftRunningRecord, LoggedDense, Stacks
 from dflashdoctor.report import ProbeResult, Where
 from dflashdoctor.runs.events import ProcessLog
 from dflashdoctor.runs.observations import RunObservations
@@ -35,16 +37,25 @@ _AGENT_THREAD = "dflashdoctor-sampler"
 _STEPS_KEPT = 200
 
 
-def _observations(log: ProcessLog) -> dict[str, Any]:
+def _observations(log: ProcessLog) -> RunSnapshot:
     """The last snapshot, plus the dense kernels logged after it (a process killed before its final
     snapshot still names them); with no snapshot, the dense kernels alone."""
     snapshot = log.snapshot
     if snapshot is None:
-        return {"dense_events": list(log.dense), "traced_script": None}
-    obs = dict(snapshot["observations"])
-    if snapshot.get("reason") not in FINAL_SNAPSHOTS:
-        obs["dense_events"] = [*obs.get("dense_events", []), *(e for e in log.dense if e["t"] > snapshot["t"])]
-    return obs
+        return RunSnapshot(dense_events=_dense(log.dense), dense_events_total=len(log.dense))
+    if snapshot.reason in FINAL_SNAPSHOTS:
+        return snapshot.observations
+    later = _dense([e for e in log.dense if e["t"] > snapshot.t])
+    total = snapshot.observations.dense_events_total + len(later)
+    return replace(
+        snapshot.observations, dense_events=[*snapshot.observations.dense_events, *later], dense_events_total=total
+    )
+
+
+def _dense(logged: list[LoggedDense]) -> list[DenseEvent]:
+    """Logged dense kernels as the trace-attention judge reads them (the time they were logged is the
+    reader's, not the event's)."""
+    return [load(DenseEvent, {k: v for k, v in event.items() if k != "t"}, strict=True) for event in logged]
 
 
 _TIMEOUT_FIX = (
@@ -58,7 +69,7 @@ class ProcessJudge(Judge):
     def __init__(
         self,
         log: ProcessLog,
-        hang_stacks: dict[str, Any] | None,
+        hang_stacks: Stacks | None,
         stopped: bool,
         budgets: Budgets,
         deadline_s: float | None = None,
@@ -88,7 +99,7 @@ class ProcessJudge(Judge):
         if self.log.instrumented is None:
             self._check("instrumented", "info", "never imported torch: only its exceptions and stacks are watched")
             return
-        traced = TraceAttentionJudge(load(TraceAttentionObservations, self.observations), self.budgets).judge()
+        traced = TraceAttentionJudge(self.observations, self.budgets).judge()
         self.findings += traced.findings
         self.checks += [c for c in traced.checks if c.name != "script"]
         self.measurements["call_sites"] = traced.measurements.get("call_sites", [])
@@ -96,7 +107,7 @@ class ProcessJudge(Judge):
         self.comparisons += traced.comparisons
         for key in ("graph_breaks", "graph_break_reasons"):
             self.measurements[key] = traced.measurements[key]
-        for reason in self.observations.get("unavailable", []):
+        for reason in self.observations.unavailable:
             self.findings.append(
                 finding(
                     "instrumentation-unavailable",
@@ -154,7 +165,7 @@ class ProcessJudge(Judge):
             return
         oom = self.log.ooms[0] if self.log.ooms else {}
         exc = raised[0] if raised else {}
-        dense = oom.get("dense_events") or self.observations.get("dense_events") or []
+        dense = oom.get("dense_events") or [event.to_dict() for event in self.observations.dense_events]
         cause = self._oom_cause(oom, dense)
         call = oom.get("in_flight") or {}
         module = call.get("module") or exc.get("module")
@@ -208,10 +219,10 @@ class ProcessJudge(Judge):
         )
 
     def _autotuners(self) -> None:
-        overlaps = self.observations.get("autotuner_overlaps") or []
+        overlaps = self.observations.autotuner_overlaps
         self.findings.extend(concurrent_entry_findings(overlaps))
         if self.log.instrumented is not None:
-            kernels = self.observations.get("autotuned_kernels") or []
+            kernels = self.observations.autotuned_kernels
             status = "fail" if overlaps else "pass"
             summary = f"{len(overlaps)} overlaps in {len(kernels)} autotuned kernels entered"
             self._check("autotuners", status, summary, "concurrent-autotuner-entry")
@@ -273,14 +284,12 @@ class ProcessJudge(Judge):
         return {
             "pid": self.log.pid,
             "rank": self.log.rank,
-            "argv": self.log.start.get("argv"),
+            "argv": self.log.argv,
             "steps": self.log.step_count,
             "step_seconds_median": _median_step_seconds(steps),
             "peak_bytes_by_step": peaks[-_STEPS_KEPT:],
             "peak_bytes": max(peaks, default=None),
-            "dense_kernels": self.observations.get(
-                "dense_events_total", len(self.observations.get("dense_events") or [])
-            ),
+            "dense_kernels": self.observations.dense_events_total,
             "damaged_event_lines": self.log.damaged_lines,  # a process killed mid-write leaves one
         }
 
@@ -300,10 +309,10 @@ def _worth_a_section(log: ProcessLog) -> bool:
     measurements instead. A helper inherits RANK from its rank (Inductor's `python -c` that loads each
     compiled CPU kernel, ten in one small run), so a rank that never imported torch and exited as
     usual is a helper too."""
-    obs = (log.snapshot or {}).get("observations", {})
-    script = obs.get("traced_script") or {}
-    busy = log.steps or log.dense or script.get("sites") or script.get("flex_sites") or obs.get("autotuner_overlaps")
-    busy = busy or obs.get("graph_breaks")
+    obs = log.snapshot.observations if log.snapshot else RunSnapshot()
+    script = obs.traced_script
+    busy = log.steps or log.dense or obs.autotuner_overlaps or obs.graph_breaks
+    busy = busy or (script is not None and (script["sites"] or script["flex_sites"]))
     helper = log.instrumented is None and (log.exit or {}).get("ending") == "exit"
     return (log.rank is not None and not helper) or bool(busy or log.exceptions or log.ooms or log.agent_errors)
 
@@ -336,7 +345,7 @@ class RunJudge(Judge):
         overview.duration_s = self.outcome.duration_s
         return [overview, *sections]
 
-    def _hung(self, hang: dict[str, Any]) -> None:
+    def _hung(self, hang: HangRecord) -> None:
         """The watchdog stopped the command: never a pass. Each process whose stacks were taken has
         its own `hang` finding; a command with none (not Python, or not instrumented) gets this one."""
         silent = hang["silent_s"]
@@ -386,7 +395,7 @@ class RunJudge(Judge):
             )
         )
 
-    def _left_running(self, left: list[dict[str, Any]]) -> None:
+    def _left_running(self, left: list[LeftRunningRecord]) -> None:
         self.findings.append(left_running_finding(left, "the command"))
         self._check(
             "leftovers", "fail", f"{len(left)} processes still ran after the command exited", "processes-left-running"
@@ -399,7 +408,7 @@ class RunJudge(Judge):
             command=self.command,
             returncode=code,
             duration_s=outcome.duration_s,
-            processes=[{"pid": log.pid, "rank": log.rank, "argv": log.start.get("argv")} for log in self.logs],
+            processes=[{"pid": log.pid, "rank": log.rank, "argv": log.argv} for log in self.logs],
             instrumented=len([log for log in self.logs if log.instrumented is not None]),
             progress_lines=outcome.progress_lines[-20:],
         )

@@ -36,8 +36,7 @@ class RunPart:
 
 
 def _env(log: ProcessLog) -> dict[str, str]:
-    env = log.start.get("env")
-    return env if isinstance(env, dict) else {}
+    return log.start["env"] if log.start else {}
 
 
 def rank_name(part: RunPart, log: ProcessLog) -> str:

@@ -10,7 +10,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.observations import ObservationsError, RunSnapshot, check_record, load
 from dflashdoctor.placed_files import MIB, open_placed
+from dflashdoctor.records import (
+    AgentErrorEvent,
+    DenseKernelEvent,
+    EventRecord,
+    ExceptionEvent,
+    ExitEvent,
+    InstrumentedEvent,
+    LoggedDense,
+    OomEvent,
+    SnapshotEvent,
+    StartEvent,
+    StepEvent,
+)
 
 _CHUNK_BYTES = 8 * MIB
 
@@ -30,37 +44,51 @@ def _memory(value: Any) -> bool:
     )
 
 
-# What the readers of each kind of record rely on; a record that breaks it is a damaged line.
-_FIELDS: dict[str, dict[str, Callable[[Any], bool]]] = {
-    "start": {"argv": lambda v: isinstance(v, list), "env": lambda v: isinstance(v, dict), "ppid": _count},
-    "step": {"step": _count, "memory": _memory, "step_s": lambda v: isinstance(v, dict)},
-    "dense": {"event": lambda v: isinstance(v, dict)},
-    "snapshot": {"observations": lambda v: isinstance(v, dict)},
+# Each kind's type (a kind not listed, such as `progress`, is checked for its header only), and
+# what the readers rely on beyond the types; a record that breaks either is a damaged line.
+EVENT_TYPES: dict[str, Any] = {
+    "start": StartEvent,
+    "instrumented": InstrumentedEvent,
+    "exit": ExitEvent,
+    "step": StepEvent,
+    "dense": DenseKernelEvent,
+    "exception": ExceptionEvent,
+    "oom": OomEvent,
+    "agent-error": AgentErrorEvent,
+    "snapshot": SnapshotEvent,
+}
+_VALUES: dict[str, dict[str, Callable[[Any], bool]]] = {
+    "start": {"ppid": _count},
+    "step": {"step": _count, "covers": _count, "memory": _memory},
     "oom": {"steps": _count},
 }
-_REQUIRED = {"dense": ("event",)}
 
 
 def well_formed(record: Any) -> bool:
-    """Whether a parsed event line is one the judges can read: a damaged or hostile record (a
-    `"memory": 5`, a `"step": "abc"`) is counted as a damaged line instead of stopping the doctor."""
-    if not isinstance(record, dict) or not _count(record.get("pid")):
-        return False
-    if "t" in record and not _number(record["t"]):
+    """Whether a parsed event line is one the judges can read: of its kind's type (records.py), with
+    sane values. A damaged or hostile record (a `"memory": 5`, a `"step": "abc"`, a negative pid) is
+    counted as a damaged line instead of stopping the doctor. A snapshot's observations are loaded
+    strictly where it is kept (ProcessLog.add)."""
+    if not isinstance(record, dict) or not _count(record.get("pid")) or not _number(record.get("t")):
         return False
     if record.get("rank") is not None and not _count(record["rank"]):
         return False
     kind = record.get("kind")
-    checks = _FIELDS.get(kind, {}) if isinstance(kind, str) else {}
-    if any(name not in record for name in _REQUIRED.get(kind, ())):
+    try:
+        check_record(EVENT_TYPES.get(kind, EventRecord), record if kind in EVENT_TYPES else _header(record), str(kind))
+    except ObservationsError:
         return False
-    return all(name not in record or record[name] is None or check(record[name]) for name, check in checks.items())
+    return all(check(record[name]) for name, check in _VALUES.get(kind, {}).items())
+
+
+def _header(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: record.get(key) for key in ("t", "pid", "rank", "kind")}
 
 
 _KEPT = 10_000  # records of one kind kept per process: the agent writes far fewer (it coalesces)
 
 
-def _keep(records: list[dict[str, Any]], record: dict[str, Any]) -> None:
+def _keep(records: list[Any], record: Any) -> None:
     """Appended; past twice _KEPT the oldest go, so a file of millions of records stays bounded."""
     records.append(record)
     if len(records) > 2 * _KEPT:
@@ -68,18 +96,30 @@ def _keep(records: list[dict[str, Any]], record: dict[str, Any]) -> None:
 
 
 @dataclass
+class Snapshot:
+    """The agent's last snapshot of a process: when, why, and its observations, loaded strictly."""
+
+    t: float
+    reason: str
+    observations: RunSnapshot
+
+
+@dataclass
 class ProcessLog:
+    """One process's events, each kind as records.py types it. The reader checks what the judges
+    rely on (well_formed) and loads a snapshot strictly; a record that fails is a damaged line."""
+
     pid: int
     rank: int | None = None
-    start: dict[str, Any] = field(default_factory=dict)
-    instrumented: dict[str, Any] | None = None
-    exit: dict[str, Any] | None = None
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    dense: list[dict[str, Any]] = field(default_factory=list)
-    exceptions: list[dict[str, Any]] = field(default_factory=list)
-    ooms: list[dict[str, Any]] = field(default_factory=list)
-    agent_errors: list[dict[str, Any]] = field(default_factory=list)
-    snapshot: dict[str, Any] | None = None  # the last one
+    start: StartEvent | None = None
+    instrumented: InstrumentedEvent | None = None
+    exit: ExitEvent | None = None
+    steps: list[StepEvent] = field(default_factory=list)
+    dense: list[LoggedDense] = field(default_factory=list)
+    exceptions: list[ExceptionEvent] = field(default_factory=list)
+    ooms: list[OomEvent] = field(default_factory=list)
+    agent_errors: list[AgentErrorEvent] = field(default_factory=list)
+    snapshot: Snapshot | None = None  # the last one
     last_event_t: float = 0.0
     damaged_lines: int = 0
     launcher: bool = False  # started other instrumented processes and has no rank (torchrun itself)
@@ -88,9 +128,12 @@ class ProcessLog:
     def step_count(self) -> int:
         """Optimizer steps taken: a step record may cover many (the agent coalesces them), and the
         final snapshot counts the ones after the last record."""
-        recorded = max((int(s.get("step") or 0) for s in self.steps[-1:]), default=0)
-        final = (self.snapshot or {}).get("observations", {}).get("steps") if self.snapshot else None
-        return max(recorded, final if isinstance(final, int) else 0)
+        recorded = max((s["step"] for s in self.steps[-1:]), default=0)
+        return max(recorded, self.snapshot.observations.steps if self.snapshot else 0)
+
+    @property
+    def argv(self) -> list[str] | None:
+        return self.start["argv"] if self.start else None
 
     @property
     def label(self) -> str:
@@ -98,10 +141,13 @@ class ProcessLog:
             return f"rank {self.rank} (pid {self.pid})"
         return f"{'launcher' if self.launcher else 'process'} {self.pid}"
 
-    def add(self, record: dict[str, Any]) -> None:
-        kind = record.get("kind")
-        self.last_event_t = max(self.last_event_t, float(record.get("t") or 0))
-        if self.rank is None and isinstance(record.get("rank"), int):
+    def add(self, record: Any) -> None:
+        """A well-formed record, kept by kind. A snapshot whose observations are not a RunSnapshot
+        is an ObservationsError, and nothing of the record is kept."""
+        kind = record["kind"]
+        observations = load(RunSnapshot, record["observations"], strict=True) if kind == "snapshot" else None
+        self.last_event_t = max(self.last_event_t, record["t"])
+        if self.rank is None and record["rank"] is not None:
             self.rank = record["rank"]
         if kind == "start":
             self.start = record
@@ -112,15 +158,15 @@ class ProcessLog:
         elif kind == "step":
             _keep(self.steps, record)
         elif kind == "dense":
-            _keep(self.dense, {"t": record.get("t"), **record["event"]})
+            _keep(self.dense, {"t": record["t"], **record["event"]})
         elif kind == "exception":
             _keep(self.exceptions, record)
         elif kind == "oom":
             _keep(self.ooms, record)
         elif kind == "agent-error":
             _keep(self.agent_errors, record)
-        elif kind == "snapshot":
-            self.snapshot = record
+        elif observations is not None:
+            self.snapshot = Snapshot(record["t"], record["reason"], observations)
 
 
 class LogReader:
@@ -138,7 +184,7 @@ class LogReader:
         for path in sorted(self.events.glob("*.jsonl")):
             self._read(path, final)
         logs = self.logs.values()
-        rank_parents = {log.start.get("ppid") for log in logs if log.rank is not None}
+        rank_parents = {log.start["ppid"] for log in logs if log.rank is not None and log.start}
         for log in logs:
             log.launcher = log.rank is None and log.pid in rank_parents
         return sorted(logs, key=lambda log: (log.rank is None, log.rank or 0, log.pid))
@@ -177,9 +223,13 @@ class LogReader:
                 record = json.loads(line)
             except (ValueError, RecursionError):
                 record = None
-            if well_formed(record):
-                self.logs.setdefault(record["pid"], ProcessLog(record["pid"])).add(record)
-            elif line.strip():
+            try:
+                if well_formed(record):
+                    self.logs.setdefault(record["pid"], ProcessLog(record["pid"])).add(record)
+                    continue
+            except ObservationsError:
+                pass
+            if line.strip():
                 self._damaged(file_pid)
 
     def _damaged(self, file_pid: int | None) -> None:

@@ -10,9 +10,9 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from dflashdoctor.agent.config import STACK_SIGNAL
+from dflashdoctor.records import Stacks, ThreadStack
 
 _PY_SPY_TIMEOUT_S = 30
 _FAULTHANDLER_WAIT_S = 2.0
@@ -20,7 +20,7 @@ _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
 _FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
 
 
-def dump_stacks(pid: int, events: Path) -> dict[str, Any]:
+def dump_stacks(pid: int, events: Path) -> Stacks:
     """`{"tool": ..., "threads": [{"name", "frames": ["file:line in function", ...] innermost last}]}`."""
     py_spy = shutil.which("py-spy")
     if py_spy:
@@ -35,20 +35,20 @@ def dump_stacks(pid: int, events: Path) -> dict[str, Any]:
     return result
 
 
-def _py_spy(py_spy: str, pid: int) -> dict[str, Any]:
+def _py_spy(py_spy: str, pid: int) -> Stacks:
     done = subprocess.run(
         [py_spy, "dump", "--json", "--pid", str(pid)], capture_output=True, text=True, timeout=_PY_SPY_TIMEOUT_S
     )
     if done.returncode != 0:
         raise ValueError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
-    threads = []
+    threads: list[ThreadStack] = []
     for thread in json.loads(done.stdout):
         frames = [f"{f['filename']}:{f['line']} in {f['name']}" for f in reversed(thread.get("frames", []))]
         threads.append({"name": thread.get("thread_name") or str(thread.get("thread_id")), "frames": frames})
     return {"tool": "py-spy", "threads": threads}
 
 
-def _faulthandler(pid: int, events: Path) -> dict[str, Any]:
+def _faulthandler(pid: int, events: Path) -> Stacks:
     path = events / f"stacks-{pid}.txt"
     before = path.stat().st_size if path.exists() else 0
     try:
@@ -63,9 +63,9 @@ def _faulthandler(pid: int, events: Path) -> dict[str, Any]:
     return {"tool": "faulthandler", "threads": parse_faulthandler(text)}
 
 
-def parse_faulthandler(text: str) -> list[dict[str, Any]]:
+def parse_faulthandler(text: str) -> list[ThreadStack]:
     """faulthandler lists each thread innermost frame first; ours list innermost last."""
-    threads: list[dict[str, Any]] = []
+    threads: list[ThreadStack] = []
     for line in text.splitlines():
         head = _THREAD.match(line)
         if head:

@@ -20,6 +20,7 @@ from typing import Any
 from dflashdoctor.agent.config import EVENTS_DIR
 from dflashdoctor.leftovers import stop_leftovers
 from dflashdoctor.processes import pid_alive
+from dflashdoctor.records import HangRecord, LeftRunningRecord
 from dflashdoctor.runs.events import LogReader, last_activity
 from dflashdoctor.runs.stacks import dump_stacks
 
@@ -32,11 +33,11 @@ _GRACE_S = 10.0
 class Outcome:
     returncode: int | None
     duration_s: float
-    hang: dict[str, Any] | None = None  # {"silent_s", "stacks": {pid: {...}}}
+    hang: HangRecord | None = None
     interrupted: bool = False
     stopped_by_doctor: bool = False
     progress_lines: list[str] = field(default_factory=list)
-    left_running: list[dict[str, Any]] = field(default_factory=list)  # {"pid", "command"}, stopped by the doctor
+    left_running: list[LeftRunningRecord] = field(default_factory=list)  # stopped by the doctor
 
 
 def _ours(pid: int, group: int) -> bool:

@@ -72,8 +72,10 @@ def keep(name: str, report: Path, folder: Path = CPU) -> None:
     shutil.copyfile(report / "observations.json", folder / f"{name}.json")
     events = folder / f"{name}.events"
     shutil.rmtree(events, ignore_errors=True)
-    if (report / "events").is_dir() and any((report / "events").iterdir()):  # git keeps no empty folder
-        shutil.copytree(report / "events", events)
+    written = report / "events"
+    kept = [p for p in written.iterdir() if not p.name.startswith(".")] if written.is_dir() else []
+    if kept:  # what the processes wrote (not the run's claim on the folder); git keeps no empty folder
+        shutil.copytree(report / "events", events, ignore=shutil.ignore_patterns(".*"))
 
 
 def triton_tree(work: Path, kernels: int = 2) -> tuple[Path, list[Path]]:

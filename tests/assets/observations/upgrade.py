@@ -1,5 +1,6 @@
 """Brings recordings made by earlier versions to the keys this version's probes write, so that
-every test can load them strictly (`observations.load(..., strict=True)`).
+every test can load them strictly (`observations.load(..., strict=True)`), and a `run` recording's
+event lines to the record types its reader checks (records.py, runs/events.EVENT_TYPES).
 
 A key added to a probe after a recording was made is filled with what the judges saw for it
 before, when the loader was not strict: a field's default, or None (an empty list for a list) for
@@ -18,8 +19,10 @@ from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from dflashdoctor.observations import BlockObservations, load
+from dflashdoctor.observations import BlockObservations, RunSnapshot, load
+from dflashdoctor.records import EventRecord
 from dflashdoctor.registry import PROBES
+from dflashdoctor.runs.events import EVENT_TYPES, well_formed
 
 HERE = Path(__file__).parent
 _DOCTOR_SIDE = ("run",)  # its observations are not loaded through load()
@@ -87,12 +90,32 @@ def upgrade(path: Path) -> bool:
     return changed
 
 
+def upgrade_events(path: Path) -> bool:
+    """A `run` recording's event file: each line filled to its kind's record type, a snapshot's
+    observations to RunSnapshot; a line still short of its type is named, not written."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    upgraded = []
+    for record in records:
+        kind = record["kind"]
+        filled = _filled(EVENT_TYPES.get(kind, EventRecord), record)
+        if kind == "snapshot":
+            filled["observations"] = _filled(RunSnapshot, filled["observations"])
+            load(RunSnapshot, filled["observations"], strict=True)
+        if not well_formed(filled):
+            raise ValueError(f"line {len(upgraded) + 1} ({kind}) is still not of its type")
+        upgraded.append(filled)
+    if upgraded == records:
+        return False
+    path.write_text("".join(json.dumps(record, default=str) + "\n" for record in upgraded), encoding="utf-8")
+    return True
+
+
 if __name__ == "__main__":
-    for recording in sorted(HERE.glob("*/*.json")):
-        if recording.name.endswith("report.json"):
-            continue
+    recordings = [p for p in sorted(HERE.glob("*/*.json")) if not p.name.endswith("report.json")]
+    for recording in [*recordings, *sorted(HERE.glob("**/*.jsonl"))]:
         try:
-            if upgrade(recording):
+            if (upgrade_events if recording.suffix == ".jsonl" else upgrade)(recording):
                 print(f"upgraded {recording.relative_to(HERE)}")
         except (ValueError, KeyError) as exc:  # ObservationsError is a ValueError
             print(f"NOT upgraded {recording.relative_to(HERE)}: {exc}")
