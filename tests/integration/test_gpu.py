@@ -12,7 +12,7 @@ import importlib.util
 import pytest
 
 from tests.conftest import run_cli
-from tests.paths import ROOT
+from tests.paths import eager_wrapper_cause, eager_wrapper_compiled_at
 
 pytestmark = pytest.mark.gpu
 FAULTS = "dflashdoctor.reference.faults"
@@ -88,7 +88,6 @@ def test_dense_call_out_of_memory_is_a_finding(gpu_cli):
 
 
 DRAFTER_SITES = [f"layers.{i}.self_attn" for i in range(5)]
-DRAFTER_STEP = ROOT / "dflashdoctor" / "reference" / "drafter_step.py"  # where the eager-wrapper fault compiles it
 DRAFTER_WRAPPER = "dflashdoctor.reference.drafter:_compiled_flex_attention"
 
 
@@ -170,11 +169,8 @@ def test_trace_drafter_eager_wrapper_is_dense_backward_at_each_module(trace):
     backward = run.findings("dense-backward")
     assert [f["where"]["module"] for f in backward] == DRAFTER_SITES  # charged to the forward call sites
     # the cause names the wrapper's own torch.compile line, which trace-attention recorded
-    source = DRAFTER_STEP.read_text(encoding="utf-8").splitlines()
-    line = next(n for n, text in enumerate(source, 1) if 'torch.compile(flex_attention, backend="eager")' in text)
-    compiled_at = f"{DRAFTER_STEP}:{line}"
-    wrapper_cause = f"the flex_attention wrapper is compiled with backend='eager' at {compiled_at}, which never "
-    wrapper_cause += "reaches Inductor"
+    compiled_at = eager_wrapper_compiled_at()
+    wrapper_cause = eager_wrapper_cause(compiled_at)
     for dense in backward:
         site = dense["evidence"]
         assert site["dense_backward"] == 1 and site["cause"] == wrapper_cause

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliRun, run_cli
+from tests.paths import eager_wrapper_cause, eager_wrapper_compiled_at
 
 pytestmark = pytest.mark.gpu
 TRAINER = ("--", sys.executable, "-m", "dflashdoctor.reference.trainer")
@@ -49,7 +50,9 @@ def test_eager_wrapper_is_dense_backward_at_the_drafter_modules(trainer):
     modules = {f["where"]["module"] for f in backward}
     assert modules and all(m.startswith("drafter.layers.") and m.endswith(".self_attn") for m in modules)
     assert all(f["evidence"]["score_matrix_bytes"] > 0 for f in backward)
-    assert all("eager backend" in f["detail"] for f in backward)
+    compiled_at = eager_wrapper_compiled_at()  # the cause and the fix name the wrapper's own compile line
+    assert all(f"Cause: {eager_wrapper_cause(compiled_at)}." in f["detail"] for f in backward)
+    assert all(f["fix"].endswith(f"at {compiled_at} without `backend='eager'`.") for f in backward)
     for raised in run.findings("uncaught-exception"):  # two pairs' eager flex calls can trip torch's FX flag
         assert raised["evidence"].get("known_cause") == "fx-tracing-flag", raised["title"]
 
