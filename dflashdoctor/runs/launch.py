@@ -2,9 +2,9 @@
 
 A temporary folder holds a copy of the bootstrap `sitecustomize.py` and, under `_package/`, a link to
 this dflashdoctor package, and goes first on PYTHONPATH. The bootstrap uses the program's own
-dflashdoctor when it is this version (real file paths in the report), else the link: a child
-interpreter from another environment then finds the agent without the doctor's whole site-packages
-(another torch) on its path.
+dflashdoctor when it is this version, else the package the link points to (imported from its real
+path, so the report's file names outlive this folder): a child interpreter from another environment
+then finds the agent without the doctor's whole site-packages (another torch) on its path.
 """
 
 from __future__ import annotations

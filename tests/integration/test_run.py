@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dflashdoctor.agent.config import RunSettings
+import dflashdoctor
+from dflashdoctor.agent.config import VERSION, RunSettings
 from dflashdoctor.runs import launch
 from tests.conftest import CliRun, permissions_apply, run_cli
 from tests.paths import TARGETS
@@ -194,6 +195,36 @@ def test_a_sitecustomize_the_bootstrap_shadows_still_runs(tmp_path):
     finally:
         shutil.rmtree(bootstrap)
     assert done.stdout.split() == ["ran", "True"], done.stderr
+
+
+def test_the_doctors_own_copy_is_imported_by_its_real_path(tmp_path):
+    """A program whose environment has another dflashdoctor (here: one the bootstrap is told is of
+    another version) gets the doctor's copy, named by the files' real paths, not by the temporary
+    link, which is gone once the run ends (a report naming the reference trainer's lines)."""
+    events = tmp_path / "events"
+    events.mkdir()
+    bootstrap = launch.bootstrap_folder()
+    try:
+        env = launch.child_environment(bootstrap, events, RunSettings())
+        env[VERSION] = "0.0.0-another"
+        code = (
+            "import sys, dflashdoctor.reference, dflashdoctor.agent.process as agent; "
+            "print(dflashdoctor.reference.__file__); print(agent.__file__); "
+            "print(sum(p.startswith(sys.argv[1]) for p in sys.path))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(bootstrap)], capture_output=True, text=True, env=env, timeout=60
+        )
+    finally:
+        shutil.rmtree(bootstrap)
+    real = Path(dflashdoctor.__file__).resolve().parent
+    assert done.stdout.split("\n")[:3] == [
+        str(real / "reference" / "__init__.py"),
+        str(real / "agent" / "process.py"),
+        "1",  # the bootstrap's folder is on the path, its link to the package is not
+    ], done.stderr
+    (log,) = events.glob("*.jsonl")  # and the agent ran in it
+    assert json.loads(log.read_text().splitlines()[0])["kind"] == "start"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")

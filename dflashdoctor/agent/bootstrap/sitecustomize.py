@@ -2,15 +2,38 @@
 
 It starts the dflashdoctor agent, then hands over to the sitecustomize this one shadows, if any.
 The agent comes from the program's own environment when that has the doctor's version of
-dflashdoctor (so file names in the report are real paths), else from `_package/`, a link to the
-doctor's copy. Nothing here may break the program: a failure is printed once and the program runs on.
+dflashdoctor, else from the doctor's copy, which `_package/dflashdoctor` links to. That copy is
+imported from the link's target, not through the link: the link goes with the run's temporary
+folder, and a file the report names (the reference trainer's) must still be there after it.
+Nothing here may break the program: a failure is printed once and the program runs on.
 """
+
+from __future__ import annotations
 
 import importlib.util
 import os
 import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class _DoctorsCopy:
+    """Finds the `dflashdoctor` package in the doctor's folder, and nothing else: the folder's parent
+    (the doctor's site-packages, another torch) stays off the program's path."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        init = os.path.join(self.folder, "__init__.py")
+        if name != "dflashdoctor" or not os.path.isfile(init):
+            return None
+        return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[self.folder])
 
 
 def _use_the_doctors_copy() -> None:
@@ -23,7 +46,7 @@ def _use_the_doctors_copy() -> None:
             return
         for name in [n for n in sys.modules if n == "dflashdoctor" or n.startswith("dflashdoctor.")]:
             del sys.modules[name]
-    sys.path.insert(0, os.path.join(_HERE, "_package"))
+    sys.meta_path.insert(0, _DoctorsCopy(os.path.realpath(os.path.join(_HERE, "_package", "dflashdoctor"))))
 
 
 try:
@@ -38,7 +61,7 @@ except Exception as _exc:  # the program matters more than its diagnosis
 def _chain_to_shadowed_sitecustomize() -> None:
     for entry in sys.path:
         folder = os.path.abspath(entry or ".")
-        if folder in (_HERE, os.path.join(_HERE, "_package")):
+        if folder == _HERE:
             continue
         candidate = os.path.join(folder, "sitecustomize.py")
         if os.path.isfile(candidate):
