@@ -30,8 +30,10 @@ class _DoctorsCopy:
     def find_spec(
         self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
+        if name != "dflashdoctor":  # asked of every import the program makes: the name first
+            return None
         init = os.path.join(self.folder, "__init__.py")
-        if name != "dflashdoctor" or not os.path.isfile(init):
+        if not os.path.isfile(init):
             return None
         return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[self.folder])
 
