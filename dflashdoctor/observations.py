@@ -54,6 +54,11 @@ def _written(cls: Any) -> list[Any]:
     return [f for f in fields(cls) if f.metadata.get("written", True)]
 
 
+def not_written(cls: Any) -> frozenset[str]:
+    """The fields `dump` leaves out, for a writer that serialises `vars()` itself on a hot path."""
+    return frozenset(f.name for f in fields(cls) if not f.metadata.get("written", True))
+
+
 class ObservationsError(ValueError):
     """Observations that do not have the shape their probe writes (a damaged or foreign file)."""
 

@@ -14,7 +14,6 @@ import os
 import sys
 import threading
 import time
-from dataclasses import fields
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,8 @@ from dflashdoctor.agent.post_import import when_imported
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch
 from dflashdoctor.hooks.flex_dense import DenseEvent, DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
+from dflashdoctor.observations import RunSnapshot, dump, not_written
+from dflashdoctor.records import TracedScript
 
 if TYPE_CHECKING:
     from dflashdoctor.agent.process import ProcessAgent
@@ -43,8 +44,7 @@ _DENSE_LOGGED = 200  # dense kernel events logged one by one, and kept in a snap
 _DENSE_BATCH_S = 1.0
 _HISTORY_ENTRIES = 50_000  # allocations kept for the snapshot: the ones before an OOM are what matter
 
-# the event's own state (the blocks it is older work than), never in a written line
-_NOT_WRITTEN = frozenset(f.name for f in fields(DenseEvent) if not f.metadata.get("written", True))
+_NOT_WRITTEN = not_written(DenseEvent)  # the event's own state, never in a written line
 
 
 def _dynamo_disabled() -> bool:
@@ -351,36 +351,35 @@ class TorchInstruments:
             watch.collect("run")
         guard = self.guard
         transformers = sys.modules.get("transformers")
-        return {
-            "device": "cuda" if torch.cuda.is_initialized() else "cpu",
-            "torch": torch.__version__,
-            "python": sys.version.split()[0],
-            "transformers": getattr(transformers, "__version__", None),
-            "expect_wrapper": None,
-            "traced_model": None,
-            "traced_drafter": None,
-            "traced_script": {  # the program is the traced script; FLA's state is env's to report
-                "script": sys.argv[0] if sys.argv else "",
-                "error": None,
-                "fla": None,
-                "fla_import_stopped": None,
-                "fla_refused": None,
-                "layers": self.hf.layers() if self.hf is not None else [],
-                "sites": [s.to_dict() for s in list(self.hf.sites.values())] if self.hf is not None else [],
-                "flex_sites": [s.to_dict() for s in list(self.flex.sites.values())] if self.flex is not None else [],
-                "compile_calls": list(self.flex.compile_calls) if self.flex is not None else [],
-                "hook_unavailable": self.hf.unavailable if self.hf is not None else None,
-            },
-            "compiles": list(watch.records) if watch is not None else [],
-            "graph_breaks": dict(watch.graph_breaks) if watch is not None else {},
-            "graph_break_sites": watch.graph_break_sites if watch is not None else [],
-            "dynamo_disabled": _dynamo_disabled(),
-            "dense_events": [e.to_dict() for e in list(self.dense.events)[-_DENSE_LOGGED:]],
-            "dense_events_total": self.dense_seen,
-            "hook_unavailable": self.dense.unavailable,
-            "steps": self.steps,
-            "memory": self._memory(),
-            "autotuner_overlaps": [e.to_dict() for e in list(guard.events)] if guard is not None else [],
-            "autotuned_kernels": guard.kernels_entered() if guard is not None else [],
-            "unavailable": list(self.unavailable),
+        script: TracedScript = {  # the program is the traced script; FLA's state is env's to report
+            "script": sys.argv[0] if sys.argv else "",
+            "error": None,
+            "fla": None,
+            "fla_import_stopped": None,
+            "fla_refused": None,
+            "layers": self.hf.layers() if self.hf is not None else [],
+            "sites": [s.to_dict() for s in list(self.hf.sites.values())] if self.hf is not None else [],
+            "flex_sites": [s.to_dict() for s in list(self.flex.sites.values())] if self.flex is not None else [],
+            "compile_calls": list(self.flex.compile_calls) if self.flex is not None else [],
+            "hook_unavailable": self.hf.unavailable if self.hf is not None else None,
         }
+        snapshot = RunSnapshot(
+            device="cuda" if torch.cuda.is_initialized() else "cpu",
+            torch=torch.__version__,
+            python=sys.version.split()[0],
+            transformers=getattr(transformers, "__version__", None),
+            traced_script=script,
+            compiles=list(watch.records) if watch is not None else [],
+            graph_breaks=dict(watch.graph_breaks) if watch is not None else {},
+            graph_break_sites=watch.graph_break_sites if watch is not None else [],
+            dynamo_disabled=_dynamo_disabled(),
+            dense_events=list(self.dense.events)[-_DENSE_LOGGED:],
+            dense_events_total=self.dense_seen,
+            hook_unavailable=self.dense.unavailable,
+            steps=self.steps,
+            memory=self._memory(),
+            autotuner_overlaps=[e.to_dict() for e in list(guard.events)] if guard is not None else [],
+            autotuned_kernels=guard.kernels_entered() if guard is not None else [],
+            unavailable=list(self.unavailable),
+        )
+        return dump(snapshot)
