@@ -11,6 +11,7 @@ runs/observations.py).
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 import typing
@@ -267,11 +268,25 @@ def check_record(record_type: Any, value: Any, where: str) -> None:
     _record(record_type, value, True, where)
 
 
+@functools.cache
+def _dataclass_shape(cls: Any) -> tuple[dict[str, Any], list[Any]]:
+    """A dataclass's resolved hints and written fields, worked out once per class: resolving the
+    string annotations was most of the time `run` spent reading a long run's snapshot lines."""
+    return typing.get_type_hints(cls, vars(sys.modules[cls.__module__])), _written(cls)
+
+
+@functools.cache
+def _record_shape(hint: Any) -> tuple[dict[str, Any], frozenset[str]]:
+    """A TypedDict's key hints (a NotRequired key's unwrapped) and its optional keys, once per type."""
+    hints = typing.get_type_hints(hint, vars(sys.modules[hint.__module__]), include_extras=True)
+    optional = frozenset(k for k, h in hints.items() if typing.get_origin(h) is typing.NotRequired)
+    return {k: typing.get_args(h)[0] if k in optional else h for k, h in hints.items()}, optional
+
+
 def _load(cls: type[T], data: Any, strict: bool, where: str) -> T:
     if not isinstance(data, dict):
         raise ObservationsError(f"{where}: expected an object, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
-    known = _written(cls)
+    hints, known = _dataclass_shape(cls)
     if strict:
         _exact_keys(where, set(data), {f.name for f in known}, {f.name for f in known})
     values = {f.name: _typed(hints[f.name], data[f.name], strict, f"{where}.{f.name}") for f in known if f.name in data}
@@ -297,14 +312,10 @@ def _record(hint: Any, value: Any, strict: bool, where: str) -> Any:
         return value
     if not isinstance(value, dict):
         raise ObservationsError(f"{where}: expected an object, got {type(value).__name__}")
-    hints = typing.get_type_hints(hint, vars(sys.modules[hint.__module__]), include_extras=True)
-    optional = {k for k, h in hints.items() if typing.get_origin(h) is typing.NotRequired}
+    hints, optional = _record_shape(hint)
     _exact_keys(where, set(value), set(hints), set(hints) - optional)
     for key, item in value.items():
-        key_hint = hints[key]
-        if key in optional:
-            (key_hint,) = typing.get_args(key_hint)
-        _typed(key_hint, item, strict, f"{where}[{key!r}]")
+        _typed(hints[key], item, strict, f"{where}[{key!r}]")
     return value
 
 
