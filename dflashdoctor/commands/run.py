@@ -24,7 +24,7 @@ from dflashdoctor.redaction import redact_argv
 from dflashdoctor.render import write_report_dir
 from dflashdoctor.report import Report
 from dflashdoctor.runs import launch
-from dflashdoctor.runs.events import read_logs
+from dflashdoctor.runs.events import LogReader
 from dflashdoctor.runs.observations import RunObservations
 from dflashdoctor.runs.parts import NodePart, node_part, wait_for_parts, write_part
 from dflashdoctor.runs.watch import watch
@@ -91,14 +91,16 @@ def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) ->
     report = new_report("run", argv)
     report.environment["target"] = " ".join(redact_argv(options.command))
     settings = RunSettings(steps=options.steps, memory_snapshot=options.memory_snapshot, strict=options.strict)
+    reader = LogReader(events)
     bootstrap = launch.bootstrap_folder()
     try:
         environment = launch.child_environment(bootstrap, events, settings)
         child = launch.start(command, environment, stdout_to_stderr=options.stdout_to_stderr)
-        outcome = watch(child, events, options.hang_timeout_s, options.deadline_s)
+        outcome = watch(child, reader, options.hang_timeout_s, options.deadline_s)
     finally:
         shutil.rmtree(bootstrap, ignore_errors=True)
-    observations = RunObservations(command=redact_argv(options.command), outcome=outcome, processes=read_logs(events))
+    processes = reader.update(final=True)  # the lines written since the watch last read
+    observations = RunObservations(command=redact_argv(options.command), outcome=outcome, processes=processes)
     report.observations["run"] = observations.to_dict()
     report.results.extend(judge(observations, budgets or Budgets()))
     instrumented = next((log.instrumented for log in observations.processes if log.instrumented), None)

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dflashdoctor.agent.config import EVENTS_DIR
@@ -79,11 +78,13 @@ def _progress_line(reader: LogReader) -> str:
 
 
 def watch(
-    child: subprocess.Popen[bytes], events: Path, hang_timeout_s: float | None, deadline_s: float | None = None
+    child: subprocess.Popen[bytes], reader: LogReader, hang_timeout_s: float | None, deadline_s: float | None = None
 ) -> Outcome:
-    """Follow the command to its end. `hang_timeout_s`: stopped after that long without progress;
-    `deadline_s`: stopped after that long whatever its progress (the gate's bound on its run: a
-    loop with no optimizer step never reaches --steps)."""
+    """Follow the command to its end, reading its events as they come with `reader` (the caller's:
+    its last update then reads only what came after, not every line again). `hang_timeout_s`:
+    stopped after that long without progress; `deadline_s`: stopped after that long whatever its
+    progress (the gate's bound on its run: a loop with no optimizer step never reaches --steps)."""
+    events = reader.events
     started = time.monotonic()
     interrupted = False
 
@@ -97,7 +98,6 @@ def watch(
     outcome = Outcome(returncode=None, duration_s=0.0)
     last_progress_wall = time.time()
     last_line, last_line_t = "", 0.0
-    reader = LogReader(events)
     try:
         while child.poll() is None:
             time.sleep(_POLL_S)
