@@ -32,9 +32,10 @@ from dflashdoctor.commands.run import RunOptions, merge_when_first, report_folde
 from dflashdoctor.commands.show import show
 from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.hostfile import nodes_of
-from dflashdoctor.output import emit, new_report_dir
+from dflashdoctor.output import emit, new_report_dir, stdout_conflict
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
+from dflashdoctor.report_folder import held
 from dflashdoctor.safe_text import encodable, without_controls
 from dflashdoctor.session import run_probe_command
 
@@ -58,8 +59,10 @@ def _argv() -> list[str]:
 
 def _probe(name: str, options: object, json_output: bool, report_dir: Path | None, verbose: bool) -> None:
     """Run one command's probe (looked up in the registry), show or write its report, exit with its code."""
-    report = run_probe_command(PROBES[name], options, _argv())
-    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose))
+    with held(report_dir):
+        report = run_probe_command(PROBES[name], options, _argv())
+        code = emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose)
+    raise typer.Exit(code)
 
 
 def _show_version(value: bool) -> None:
@@ -173,10 +176,11 @@ def gate_command(
         typer.Option(help="trace-attention traces this step script instead of the reference drafter."),
     ] = None,
     junit: Annotated[
-        Path | None, typer.Option(callback=writable(folder=False), help="Also write the JUnit XML here.")
+        Path | None, typer.Option(callback=writable(folder=False), help="Also write the JUnit XML here; - for stdout.")
     ] = None,
     sarif: Annotated[
-        Path | None, typer.Option(callback=writable(folder=False), help="Also write the SARIF 2.1.0 here.")
+        Path | None,
+        typer.Option(callback=writable(folder=False), help="Also write the SARIF 2.1.0 here; - for stdout."),
     ] = None,
     python: PythonOpt = None,
     ssh: Annotated[
@@ -190,11 +194,21 @@ def gate_command(
         str | None,
         typer.Option(help="Gate every node of a `host slots=N` hostfile (DeepSpeed, MPI) at once; - reads stdin."),
     ] = None,
+    trust: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--trust",
+            help="Run the configuration's code from here (a file, or a folder and what is below it) although "
+            "another user owns it or could change it; again for more paths.",
+        ),
+    ] = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Run the probes that apply, against the configured budgets: one pass/fail step before a long run."""
+    """Run the probes that apply, against the configured budgets: one pass/fail step before a long run.
+    `run`, `target` and `script` run code: a configuration, target or script that another local user
+    owns or could change is refused unless --trust names it."""
     hosts = ssh or []
     nodes = nodes_of(hostfile, hosts) if hostfile is not None or len(hosts) > 1 else []
     options = GateOptions(
@@ -207,17 +221,20 @@ def gate_command(
         python=python,
         ssh=hosts[0] if hosts and not nodes else None,
         nodes=nodes,
+        trust=trust or [],
     )
-    report = gate(options, _argv())
-    code = emit(
-        report,
-        json_output=json_output,
-        report_dir=report_dir,
-        verbose=verbose,
-        junit=junit,
-        sarif=sarif,
-        environ=os.environ,
-    )
+    stdout_conflict(json_output, junit=junit, sarif=sarif)
+    with held(report_dir):
+        report = gate(options, _argv())
+        code = emit(
+            report,
+            json_output=json_output,
+            report_dir=report_dir,
+            verbose=verbose,
+            junit=junit,
+            sarif=sarif,
+            environ=os.environ,
+        )
     raise typer.Exit(code)
 
 
@@ -240,7 +257,8 @@ def lint_command(
         list[Path] | None, typer.Argument(help="Files or folders to scan; default the current folder.")
     ] = None,
     sarif: Annotated[
-        Path | None, typer.Option(callback=writable(folder=False), help="Also write the SARIF 2.1.0 here.")
+        Path | None,
+        typer.Option(callback=writable(folder=False), help="Also write the SARIF 2.1.0 here; - for stdout."),
     ] = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
@@ -248,8 +266,11 @@ def lint_command(
 ) -> None:
     """The flex_attention patterns that make a long run dense, at file and line: raw calls, wrappers
     compiled without Inductor or rebound, mask mods reading rebound globals. Reads source only."""
-    report = lint(LintOptions(paths=paths or [Path(".")]), _argv())
-    raise typer.Exit(emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose, sarif=sarif))
+    stdout_conflict(json_output, sarif=sarif)
+    with held(report_dir):
+        report = lint(LintOptions(paths=paths or [Path(".")]), _argv())
+        code = emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose, sarif=sarif)
+    raise typer.Exit(code)
 
 
 @app.command("show")

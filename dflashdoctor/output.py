@@ -3,6 +3,7 @@ CI asks for. Every output starts from the report made encodable (safe_text.py)."
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from dflashdoctor import named_output
 from dflashdoctor.errors import BadInput
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.render import github, write_report_dir
@@ -19,35 +21,38 @@ from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.render.terminal import render_terminal
 from dflashdoctor.report import Report
-from dflashdoctor.report_folder import ReportFolder, unsafe_reason, write_file
+from dflashdoctor.report_folder import ReportFolder, unsafe_reason
+from dflashdoctor.safe_paths import open_folder
 from dflashdoctor.safe_text import encodable_report
 
 DEFAULT_REPORTS = Path("reports")
 
 
 def destination_problem(path: Path | None, *, folder: bool = True) -> str | None:
-    """Why a report folder (or, with `folder=False`, a report file) could not be written at `path`,
-    checked before any probe runs: minutes of probing must not end in a report that cannot be kept.
-    The nearest part of the path that exists must be a folder this user can write (or, for a file,
-    the file itself, writable)."""
+    """Why a report folder (or, with `folder=False`, a named copy of the report: named_output.py)
+    could not be written at `path`, checked before any probe runs: minutes of probing must not end
+    in a report that cannot be kept. The nearest part of the path that exists must be a folder this
+    user can write, reached without following another user's link."""
+    if not folder:
+        return named_output.problem(path) if path is not None else None
     path = path if path is not None else DEFAULT_REPORTS
-    if folder and os.path.lexists(path):
+    if os.path.lexists(path):
         unsafe = _unsafe_folder(path)
         if unsafe:
             return unsafe
     existing = path
     while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent
-    if existing == path and not folder:
-        if path.is_dir():
-            return f"{path} is a folder"
-        return None if os.access(path, os.W_OK) else f"{path} cannot be written by this user"
     if not existing.is_dir():
         return (
             f"{existing} is not a folder"
             if existing != path
             else f"{path} is {kind_of(os.stat(path).st_mode)}, not a folder"
         )
+    try:
+        os.close(open_folder(existing))
+    except OSError as exc:
+        return f"cannot reach {path}: {exc.strerror or exc}"
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{existing} cannot be written by this user"
     return None
@@ -60,6 +65,17 @@ def _unsafe_folder(path: Path) -> str | None:
         return f"{path} is a symbolic link: a report folder is never reached through one"
     reason = unsafe_reason(info) if stat.S_ISDIR(info.st_mode) else None
     return f"{path} is {reason}" if reason else None
+
+
+def stdout_conflict(json_output: bool, **copies: Path | None) -> None:
+    """Two documents on stdout (--json and `--sarif -`, or two copies sent there) would make neither
+    readable: bad input, said before anything runs. `copies`: each option's value by its name."""
+    said = [
+        f"--{name} {path}" for name, path in copies.items() if path is not None and named_output.writes_stdout(path)
+    ]
+    said += ["--json"] if json_output else []
+    if len(said) > 1:
+        raise BadInput(f"{' and '.join(said)} would each write to stdout: send all but one elsewhere")
 
 
 def new_report_dir(command: str) -> Path:
@@ -103,8 +119,10 @@ def emit(
     for path, render in ((junit, render_junit), (sarif, render_sarif)):
         if path is not None:
             _write_copy(path, render(report))
-    if not json_output:
-        render_terminal(report, Console(), verbose=verbose, report_dir=str(directory))
+    if not json_output:  # beside a copy sent to stdout, the terminal's report goes to stderr
+        on_stdout = any(path is not None and named_output.writes_stdout(path) for path in (junit, sarif))
+        console = Console(file=sys.stderr) if on_stdout else Console()
+        render_terminal(report, console, verbose=verbose, report_dir=str(directory))
     if environ is not None:
         github.publish(report, environ)
     return report.exit_code()
@@ -112,6 +130,10 @@ def emit(
 
 def _write_copy(path: Path, text: str) -> None:
     try:
-        write_file(path, text)
+        named_output.write(path, text)
+    except named_output.OutputRefused as exc:
+        raise BadInput(str(exc)) from None
     except OSError as exc:  # the report directory is written already; say which copy failed
-        raise BadInput(f"cannot write {path}: {exc.strerror}") from None
+        if exc.errno in (errno.EPIPE, errno.ENOSPC, errno.EIO):
+            raise
+        raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None

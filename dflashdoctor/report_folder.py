@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from dflashdoctor.errors import BadInput
 from dflashdoctor.safe_fs import PRIVATE_FOLDER, open_child_folder, user_name
+from dflashdoctor.safe_paths import open_folder
 
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -41,31 +44,31 @@ def unsafe_reason(info: os.stat_result) -> str | None:
 class ReportFolder:
     """An open report folder: files go in through its descriptor, never by path."""
 
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int, path: Path, created: bool = False) -> None:
         self.fd = fd
         self.path = path
+        self.created = created  # made by this open
 
     @classmethod
     def open(cls, path: Path, *, create: bool = True) -> ReportFolder:
-        """The folder at `path`: its parents made as named (links on the way are the user's own
-        setup), the folder itself made private when missing, else opened without following a link;
-        BadInput when it is a link, not a folder, or not safe to write into."""
+        """The folder at `path`: its parents made as named (a link on the way is followed only when
+        this user or root made it: safe_paths.py), the folder itself made private when missing, else
+        opened without following a link; BadInput when it is a link, not a folder, or not safe to
+        write into."""
         parent, name = path.parent, path.name
         if not name or name in (".", ".."):
             path = path.resolve()
             parent, name = path.parent, path.name
         try:
-            if create:
-                parent.mkdir(parents=True, exist_ok=True)
-            parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            parent_fd = open_folder(parent, create=0o777 if create else None)
         except OSError as exc:
-            raise BadInput(f"cannot open the report folder {path}: {exc.strerror}") from None
-        except RecursionError:  # thousands of folders to make, one inside the other
-            raise BadInput(f"cannot make the report folder {str(path)[:200]}...: it nests too deep") from None
+            raise BadInput(f"cannot open the report folder {path}: {exc.strerror or exc}") from None
+        created = False
         try:
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, PRIVATE_FOLDER, dir_fd=parent_fd)
+                    created = True
             fd = open_child_folder(parent_fd, name)
         except OSError as exc:
             why = "it is a symbolic link (never followed)" if exc.errno == errno.ELOOP else exc.strerror
@@ -76,7 +79,7 @@ class ReportFolder:
         if reason:
             os.close(fd)
             raise BadInput(f"refusing the report folder {path}: {reason}")
-        return cls(fd, path)
+        return cls(fd, path, created)
 
     def __enter__(self) -> ReportFolder:
         return self
@@ -95,6 +98,34 @@ class ReportFolder:
         write_in(self.fd, name, text.encode("utf-8"), 0o600 if private else 0o644)
 
 
+@contextlib.contextmanager
+def held(path: Path | None) -> Iterator[None]:
+    """The report folder the user named, this command's alone while it runs: a second dflashdoctor
+    given the same --report-dir while the first still runs would write its report over the first's,
+    file by file, so it is refused (exit 2) before it probes anything, as `run` refuses a second run
+    in one folder. The lock is the kernel's (flock on the open folder), gone with the process,
+    however it ends. A folder made here and left empty (the command stopped before its report) is
+    removed again."""
+    if path is None:
+        yield
+        return
+    folder = ReportFolder.open(path)
+    try:
+        fcntl.flock(folder.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        folder.close()
+        raise BadInput(
+            f"{path} is the report folder of another dflashdoctor still running: give another --report-dir"
+        ) from None
+    try:
+        yield
+    finally:
+        if folder.created and not os.listdir(folder.fd):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        folder.close()
+
+
 def write_in(dir_fd: int, name: str, data: bytes, mode: int) -> None:
     """Made under a random name that cannot be planted in advance, then renamed over `name`."""
     tmp = f".{name}.{secrets.token_hex(8)}.tmp"
@@ -107,18 +138,6 @@ def write_in(dir_fd: int, name: str, data: bytes, mode: int) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dir_fd)
         raise
-
-
-def write_file(path: Path, text: str) -> None:
-    """A file the user named (`--junit PATH`): its folder is theirs to choose, but a link planted at
-    the name itself is replaced, never written through."""
-    folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        write_in(fd, path.name, text.encode("utf-8"), 0o644)
-    finally:
-        os.close(fd)
 
 
 def open_append(path: str) -> int:

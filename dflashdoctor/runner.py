@@ -33,6 +33,8 @@ from dflashdoctor.probe_support import PARENT_VARIABLE
 from dflashdoctor.processes import kill_with_group, output_tail
 from dflashdoctor.records import LeftRunningRecord
 from dflashdoctor.remote import SshTarget, run_remote
+from dflashdoctor.targets import CWD_LEFT_OFF
+from dflashdoctor.trust import vouched
 
 _STACK_DUMP_GRACE_S = 2.0
 _TAIL_CHARS = 6000
@@ -102,10 +104,21 @@ def probe_env(python: str) -> dict[str, str]:
 
 def _env() -> dict[str, str]:
     """The child's environment: the current folder first on its path, as `python -m` would have it
-    (so `mypkg.attn:fwd` resolves from where the user stands), then dflashdoctor's own folder."""
+    (so `mypkg.attn:fwd` resolves from where the user stands), then dflashdoctor's own folder. A
+    current folder others could add a module to (/tmp, a group's folder, another user's: trust.py)
+    is left off, unless the user vouched for it: a `torch.py` planted there would run in the probe,
+    as root where root runs this; the reason goes to the probe, which names it where a target's
+    module is then not found."""
     env = dict(os.environ)
-    parts = [os.getcwd(), str(package_root())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    cwd = os.getcwd()
+    refused = vouched().import_folder_problem(cwd, "the current folder")
+    parts = ([] if refused else [cwd]) + [str(package_root())]
+    parts += [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
     env["PYTHONPATH"] = os.pathsep.join(parts)
+    if refused:
+        env[CWD_LEFT_OFF] = refused
+    else:
+        env.pop(CWD_LEFT_OFF, None)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

@@ -20,6 +20,8 @@ from dflashdoctor.call_plan import CallPlan, UnusableSignature, plan_call
 from dflashdoctor.probe_support import UsageError
 
 _COMPILED_HINT = "compile"
+# Set by the doctor when the current folder was left off the probe's path (runner.py): why.
+CWD_LEFT_OFF = "DFLASHDOCTOR_CWD_LEFT_OFF"
 
 
 @dataclass
@@ -77,7 +79,9 @@ def _import(module_part: str) -> ModuleType:
         raise UsageError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}") from exc
     except ModuleNotFoundError as exc:
         if exc.name and module_part.startswith(exc.name):
-            raise UsageError(f"no module named {module_part!r}") from exc
+            left_off = os.environ.get(CWD_LEFT_OFF)
+            hint = f" (the current folder is not on the probe's path: {left_off})" if left_off else ""
+            raise UsageError(f"no module named {module_part!r}{hint}") from exc
         raise UsageError(f"importing {module_part!r} failed: {exc}") from exc
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # sys.exit at import is a failed import too
         raise UsageError(f"importing {module_part!r} failed: {type(exc).__name__}: {exc}") from None

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from dflashdoctor.errors import BadInput, MissingPackage
 from dflashdoctor.forkserver.client import hosting
+from dflashdoctor.gate.code_trust import code_problem
 from dflashdoctor.gate.config import GateConfig, load_config
 from dflashdoctor.gate.hostfile import Node
 from dflashdoctor.gate.merge import drop_repeated_findings
@@ -35,6 +36,7 @@ from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.runner import RUNNING, probe_env, resolve_python
 from dflashdoctor.runs.launch import resolve_command
 from dflashdoctor.session import finish, new_report, probe_python, run_probe_command
+from dflashdoctor.trust import Trust, trusting
 
 
 @dataclass
@@ -48,6 +50,7 @@ class GateOptions:
     python: str | None = None
     ssh: str | None = None  # [user@]host[:port]: the probed side runs there
     nodes: list[Node] = field(default_factory=list)  # several: the gate on each, compared (hostfile, --ssh)
+    trust: list[Path] = field(default_factory=list)  # --trust: run code from here whoever owns it (trust.py)
 
 
 def _probe(name: str, config: GateConfig, python: str | None, ssh: str | None) -> Report:
@@ -134,7 +137,10 @@ def _gate_one(
 
 
 def gate(options: GateOptions, argv: list[str]) -> Report:
-    config, source = load_config(options.config, options.cwd)
+    vouched = Trust().with_paths(options.trust, Path.cwd())
+    config, source = load_config(options.config, options.cwd, vouched)
+    if source.path is not None:  # the configuration's own list, once the file itself has passed
+        vouched = vouched.with_paths(config.trust, source.path.parent)
     if options.target:
         config.target = options.target
     if options.device:
@@ -150,14 +156,21 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
             resolve_command(command)  # a missing program is said now, not after the probes
     if config.script is not None and not os.path.isfile(config.script):
         raise BadInput(f"script {config.script!r}: no such file (a Python file that runs one training step)")
-    environment = {"target": config.target, "gate_config": source}
-    if not options.nodes:
-        return _gate_one(config, environment, options.python, options.ssh, argv)
-    started = time.monotonic()
-    outcomes = gate_nodes(
-        options.nodes,
-        lambda node: _gate_one(config, environment, node.python or options.python, node.spec, argv),
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-        in_flight=config.nodes_in_flight,
-    )
-    return nodes_report(outcomes, argv, environment, started)
+    if not (options.ssh or options.nodes):  # on another node the files are that node's
+        refused = code_problem(config, vouched, options.cwd)
+        if refused:
+            raise BadInput(refused)
+    environment = {"target": config.target, "gate_config": source.describe()}
+    if source.owner is not None:
+        environment["gate_config_owner"] = source.owner
+    with trusting(vouched):
+        if not options.nodes:
+            return _gate_one(config, environment, options.python, options.ssh, argv)
+        started = time.monotonic()
+        outcomes = gate_nodes(
+            options.nodes,
+            lambda node: _gate_one(config, environment, node.python or options.python, node.spec, argv),
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            in_flight=config.nodes_in_flight,
+        )
+        return nodes_report(outcomes, argv, environment, started)

@@ -4,6 +4,7 @@ budget must never pass silently."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -17,8 +18,10 @@ from dflashdoctor.gate.nodes import NODES_IN_FLIGHT
 from dflashdoctor.gate.run_smoke import run_command
 from dflashdoctor.limits import MAX_STEPS, MAX_VARY, count_problem, seconds_problem
 from dflashdoctor.placed_files import MIB, PlacedFileError, read_placed
+from dflashdoctor.safe_fs import user_name
 from dflashdoctor.session import PROBE_TIMEOUT_S
 from dflashdoctor.shapes import DEVICES, DTYPES, MASKS
+from dflashdoctor.trust import Trust
 
 # The probes the gate runs, in the order of its report (gate/probe_options.py maps the configuration
 # to each one's options); `run` runs after them when configured.
@@ -52,6 +55,9 @@ class GateConfig:
     timeout: float = PROBE_TIMEOUT_S
     parallel: bool = True  # run the probes at once; false for timings on an otherwise idle machine
     nodes_in_flight: int = NODES_IN_FLIGHT  # with several nodes: gated at once
+    # Paths (relative to this file's folder) whose code the gate may run although another user owns
+    # them or could change them (trust.py); read only from a configuration that is itself trusted.
+    trust: list[str] = field(default_factory=list)
 
     def budgets(self) -> Budgets:
         """What every probe of the gate is judged against."""
@@ -66,6 +72,8 @@ class GateConfig:
 
     def validate(self) -> None:
         """Everything that can be checked before minutes of probing are spent."""
+        if any(not isinstance(path, str) or not path or "\0" in path for path in self.trust):
+            raise BadInput("trust must be a list of paths (strings)")
         unknown = [p for p in self.probes if not isinstance(p, str) or p not in GATE_PROBES]
         if unknown:
             raise BadInput(f"unknown probe {unknown[0]!r} in probes; expected some of {', '.join(GATE_PROBES)}")
@@ -155,14 +163,31 @@ def _read(path: Path) -> dict[str, Any]:
         raise BadInput(f"{path} is not a configuration: its values nest too deep") from None
 
 
-def load_config(explicit: Path | None, cwd: Path) -> tuple[GateConfig, str]:
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where the configuration came from: the file and its owner (both in the report), or the defaults."""
+
+    path: Path | None
+    owner: str | None = None
+
+    def describe(self) -> str:
+        return str(self.path) if self.path is not None else "defaults (the embedded reference setup)"
+
+
+def load_config(explicit: Path | None, cwd: Path, trust: Trust | None = None) -> tuple[GateConfig, ConfigSource]:
     """The configuration and where it came from: --config, ./dflashdoctor.toml, ./pyproject.toml's
-    [tool.dflashdoctor], else the defaults (the embedded reference setup)."""
+    [tool.dflashdoctor], else the defaults (the embedded reference setup). A file whose `run`,
+    `target` or `script` another user could have written is refused before it is read (trust.py)."""
+    trust = trust or Trust()
     candidates = [explicit] if explicit is not None else [cwd / "dflashdoctor.toml", cwd / "pyproject.toml"]
     for path in candidates:
         if path is None or (explicit is None and not path.is_file()):
             continue
+        refused = trust.file_problem(path, "the configuration")
+        if refused:
+            raise BadInput(refused)
         data = _read(path)
+        source = ConfigSource(path, _owner(path))
         if path.name == "pyproject.toml" or "tool" in data:
             tool = data.get("tool", {})
             table = tool.get("dflashdoctor") if isinstance(tool, dict) else None
@@ -172,6 +197,19 @@ def load_config(explicit: Path | None, cwd: Path) -> tuple[GateConfig, str]:
                 if explicit is not None:
                     raise BadInput(f"{path} has no [tool.dflashdoctor] table")
                 continue
-            return _from_table(table, f"{path} [tool.dflashdoctor]"), str(path)
-        return _from_table(data, str(path)), str(path)
-    return GateConfig(), "defaults (the embedded reference setup)"
+            outside = sorted(key for key in data if key != "tool")
+            if outside and path.name != "pyproject.toml":
+                raise BadInput(
+                    f"{path} has both [tool.dflashdoctor] and top-level keys ({', '.join(outside[:3])}): "
+                    "keep the configuration in one of them"
+                )
+            return _from_table(table, f"{path} [tool.dflashdoctor]"), source
+        return _from_table(data, str(path)), source
+    return GateConfig(), ConfigSource(None)
+
+
+def _owner(path: Path) -> str | None:
+    try:
+        return user_name(os.stat(path).st_uid)
+    except OSError:
+        return None

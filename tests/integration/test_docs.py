@@ -40,7 +40,7 @@ def test_the_gate_configuration_example_loads(tmp_path):
     start = text.index("```toml\n[tool.dflashdoctor]") + len("```toml\n")
     (tmp_path / "pyproject.toml").write_text(text[start : text.index("```", start)])
     config, source = load_config(None, tmp_path)
-    assert source == str(tmp_path / "pyproject.toml")
+    assert source.path == tmp_path / "pyproject.toml"
     assert config.shape["kv_len"] == 10240 and config.max_graph_breaks == 0
 
 

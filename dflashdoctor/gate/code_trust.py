@@ -1,0 +1,56 @@
+"""The code a gate's configuration makes it run, checked before anything runs (trust.py): the target's
+file (and the packages above it when it is a module found in the current folder), the script, the
+folders either puts on the import path, and the folder the `run` command starts in."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from dflashdoctor.gate.config import GateConfig
+from dflashdoctor.trust import Trust
+
+
+def _module_files(cwd: Path, dotted: str) -> Iterator[tuple[Path, str]]:
+    """The files and package folders a module name would be imported from, where it is found in the
+    current folder (first on a probe's path); none when it is not there (an installed package: the
+    environment's, not a file someone put here). Found by name only: nothing is imported."""
+    folder = cwd
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        package, module = folder / part, folder / f"{part}.py"
+        if package.is_dir():
+            yield package, "a package folder of the target"
+            if (package / "__init__.py").is_file():
+                yield package / "__init__.py", "a package of the target"
+            if depth == len(parts) - 1:
+                return
+            folder = package
+        elif module.is_file():
+            yield module, "the target's module"
+            return
+        else:
+            return
+
+
+def _problems(config: GateConfig, trust: Trust, cwd: Path) -> Iterator[str | None]:
+    module_part = config.target.rpartition(":")[0]
+    if module_part.endswith(".py") or os.sep in module_part:
+        target = Path(module_part)
+        yield trust.file_problem(target, "the target's file")
+        yield trust.import_folder_problem(target.parent, "the target's folder (put on the import path)")
+    elif trust.import_folder_problem(cwd, "the current folder") is None:  # else it is not on the path
+        for path, role in _module_files(cwd, module_part):
+            yield trust.import_folder_problem(path, role) if path.is_dir() else trust.file_problem(path, role)
+    if config.script is not None:
+        script = Path(config.script)
+        yield trust.file_problem(script, "the script")
+        yield trust.import_folder_problem(script.parent, "the script's folder (put on the import path)")
+    if config.run is not None:
+        yield trust.import_folder_problem(cwd, "the folder the `run` command starts in")
+
+
+def code_problem(config: GateConfig, trust: Trust, cwd: Path) -> str | None:
+    """The first reason not to run what the configuration names here, in one line; None if none."""
+    return next((problem for problem in _problems(config, trust, cwd) if problem), None)

@@ -1,0 +1,182 @@
+"""Whose code dflashdoctor runs: a file another local user could have written is never run, nor a
+folder they could add modules to ever put on a probe's import path, unless the user says so.
+
+The gate runs what its configuration names (`run`, `target`, `script`), and it is run as root on
+shared nodes, in team folders and CI checkouts: a `dflashdoctor.toml` another user planted in a
+folder they can write would otherwise be run as root. So, as git does for a repository since its
+safe.directory fix and as ssh judges an authorized_keys file:
+- a file whose code runs (the configuration, the target's file, the script) must belong to this
+  user or root (trusted_uids) and be writable by no one else, and every folder from `/` down to it
+  must belong to this user or root and be writable by no one else unless it is sticky (in a sticky
+  folder others may add names but not replace this user's); a link on the way must be this user's
+  or root's (safe_paths.py);
+- a folder Python will search for modules by name (the current folder on a probe's path, the
+  target's or the script's folder) must in addition be writable by no one else at all, sticky or
+  not: in /tmp anyone can add a `torch.py`.
+A folder's group counts as others unless it is the owner's own private group (named as the owner,
+with no other member). What the user vouches for (`--trust PATH`, or `trust = [...]` in a
+configuration that passed these rules) is taken as it is: a path at or below a trusted one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import grp
+import os
+import pwd
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dflashdoctor.safe_fs import user_name
+from dflashdoctor.safe_paths import PathRefused, locate, open_folder, resolve_links, trusted_uids
+
+TRUST_HINT = "pass --trust PATH (or list it in `trust` of your own configuration) if you trust whoever can change it"
+
+
+@functools.lru_cache(maxsize=64)
+def _private_group(gid: int, owner: int) -> bool:
+    """A user private group: named as its owner, no one else in it or having it as their own."""
+    try:
+        group = grp.getgrgid(gid)
+        name = pwd.getpwuid(owner).pw_name
+    except (KeyError, OverflowError):
+        return False
+    if group.gr_name != name or any(member != name for member in group.gr_mem):
+        return False
+    return all(user.pw_name == name for user in pwd.getpwall() if user.pw_gid == gid)
+
+
+def _others_write(info: os.stat_result) -> str | None:
+    """Who besides the owner can write it, in words; None when no one."""
+    mode = info.st_mode
+    if mode & 0o002:
+        return "everyone"
+    if mode & 0o020 and not _private_group(info.st_gid, info.st_uid):
+        try:
+            return f"the group {grp.getgrgid(info.st_gid).gr_name}"
+        except KeyError:
+            return f"the group {info.st_gid}"
+    return None
+
+
+def _owner_problem(info: os.stat_result) -> str | None:
+    if info.st_uid not in trusted_uids():
+        return f"belongs to {user_name(info.st_uid)}"
+    return None
+
+
+def folder_on_the_way(_shown: str, info: os.stat_result) -> str | None:
+    """A folder a trusted file sits below: this user's or root's, and no one else may rename in it
+    (sticky, or not writable by others). Said of the folder, which safe_paths names."""
+    owner = _owner_problem(info)
+    if owner:
+        return owner
+    writers = _others_write(info)
+    if writers and not info.st_mode & stat.S_ISVTX:
+        return f"can be written by {writers} (mode {stat.S_IMODE(info.st_mode):o}, not sticky)"
+    return None
+
+
+def _import_folder_problem(info: os.stat_result) -> str | None:
+    """A folder searched for modules by name: no one else may add one to it, sticky or not."""
+    owner = _owner_problem(info)
+    if owner:
+        return owner
+    writers = _others_write(info)
+    return f"can be written by {writers} (mode {stat.S_IMODE(info.st_mode):o})" if writers else None
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What this user vouched for: paths at or below these are run as they are."""
+
+    vouched: tuple[Path, ...] = field(default_factory=tuple)
+
+    def with_paths(self, paths: Sequence[str | os.PathLike[str]], base: Path) -> Trust:
+        """More vouched-for paths (relative ones from `base`)."""
+        added = tuple(_absolute(base / Path(path)) for path in paths)
+        return Trust(self.vouched + added)
+
+    def vouches_for(self, path: Path) -> bool:
+        candidates = {_absolute(path)}
+        with contextlib.suppress(OSError, RuntimeError):  # a loop of links: the path as given only
+            candidates.add(path.resolve())
+        return any(c == v or v in c.parents for c in candidates for v in self.vouched)
+
+    def file_problem(self, path: Path | str, role: str) -> str | None:
+        """Why the file at `path`, whose code runs as `role`, may not be run; None when it may.
+        One line naming the file, what is wrong, and how to vouch for it."""
+        path = Path(path)
+        if self.vouches_for(path):
+            return None
+        reason = _file_reason(path)
+        return f"refusing {role} {path}: {reason}; {TRUST_HINT}" if reason else None
+
+    def import_folder_problem(self, folder: Path | str, role: str) -> str | None:
+        """Why modules may not be imported by name from `folder` (`role` says why it would be)."""
+        folder = Path(folder)
+        if self.vouches_for(folder):
+            return None
+        reason = _folder_reason(folder)
+        return f"refusing {role} {folder}: {reason}; {TRUST_HINT}" if reason else None
+
+
+_VOUCHED: contextvars.ContextVar[Trust | None] = contextvars.ContextVar("dflashdoctor_vouched", default=None)
+
+
+@contextlib.contextmanager
+def trusting(trust: Trust) -> Iterator[None]:
+    """What the user vouched for, seen by everything started meanwhile in this context (the gate's
+    probes, each in a thread that copies it): the runner puts the current folder on a probe's path
+    by it."""
+    token = _VOUCHED.set(trust)
+    try:
+        yield
+    finally:
+        _VOUCHED.reset(token)
+
+
+def vouched() -> Trust:
+    return _VOUCHED.get() or Trust()
+
+
+def _absolute(path: Path) -> Path:
+    return Path(os.path.normpath(os.path.join(os.getcwd(), path)))
+
+
+def _file_reason(path: Path) -> str | None:
+    try:
+        located = resolve_links(locate(os.path.join(os.getcwd(), path), check=folder_on_the_way), folder_on_the_way)
+    except PathRefused as exc:
+        return f"the way to it: {exc}"
+    except (OSError, ValueError) as exc:
+        return f"it cannot be reached ({getattr(exc, 'strerror', None) or exc})"
+    try:
+        info = os.stat(located.name, dir_fd=located.fd, follow_symlinks=False)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror})"
+    finally:
+        located.close()
+    writers = _others_write(info)
+    problem = _owner_problem(info) or (
+        f"can be written by {writers} (mode {stat.S_IMODE(info.st_mode):o})" if writers else None
+    )
+    return f"it {problem}" if problem else None
+
+
+def _folder_reason(folder: Path) -> str | None:
+    try:
+        fd = open_folder(os.path.join(os.getcwd(), folder), check=folder_on_the_way)
+    except PathRefused as exc:
+        return f"the way to it: {exc}"
+    except OSError as exc:
+        return f"it cannot be reached ({exc.strerror or exc})"
+    try:
+        problem = _import_folder_problem(os.fstat(fd))
+    finally:
+        os.close(fd)
+    return f"it {problem}, so anyone could add a module that would be imported" if problem else None
