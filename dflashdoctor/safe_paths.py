@@ -32,7 +32,7 @@ class PathRefused(OSError):
     """A path refused for what was found on it (`reason`), not for an error of the filesystem."""
 
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__(errno.EPERM, f"{path}: {reason}")
+        super().__init__(errno.EPERM, f"{path} {reason}")
         self.path = path
         self.reason = reason
 
