@@ -103,6 +103,10 @@ CODES: dict[str, tuple[Severity, str]] = {
     "lint-wrapper-not-inductor": (
         "error",
         "lint: a flex_attention wrapper compiled with a backend other than Inductor",
+    "node-part-damaged": (
+        "error",
+        "a node's part cannot be believed: another user's or reached through a link, or numbers no run has",
+    ),
     ),
     "lint-wrapper-rebound": (
         "error",

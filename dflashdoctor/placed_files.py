@@ -41,26 +41,47 @@ def kind_of(mode: int) -> str:
     return "a file"
 
 
-def open_placed(path: Path | str, *, follow: bool = False) -> int:
-    """A read-only descriptor of the regular file at `path`; PlacedFileError for anything else."""
+def open_placed(
+    path: Path | str, *, follow: bool = False, dir_fd: int | None = None, owners: frozenset[int] | None = None
+) -> int:
+    """A read-only descriptor of the regular file at `path` (in the open folder `dir_fd`, if given);
+    PlacedFileError for anything else, or for a file whose owner is not one of `owners`."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
-        if not follow and os.path.islink(path):
+        if not follow and _is_link(path, dir_fd):
             raise PlacedFileError(path, "is a symbolic link (never followed)") from None
         raise exc from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise PlacedFileError(path, f"is {kind_of(mode)}, not a regular file")
+        raise PlacedFileError(path, f"is {kind_of(info.st_mode)}, not a regular file")
+    if owners is not None and info.st_uid not in owners:
+        os.close(fd)
+        raise PlacedFileError(path, f"belongs to uid {info.st_uid}, not to whoever writes this folder or root")
     os.set_blocking(fd, True)
     return fd
 
 
-def read_placed(path: Path | str, max_bytes: int, *, follow: bool = False) -> bytes:
-    """The whole regular file at `path`, if it holds at most `max_bytes`."""
-    fd = open_placed(path, follow=follow)
+def _is_link(path: Path | str, dir_fd: int | None) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def read_placed(
+    path: Path | str,
+    max_bytes: int,
+    *,
+    follow: bool = False,
+    dir_fd: int | None = None,
+    owners: frozenset[int] | None = None,
+) -> bytes:
+    """The whole regular file at `path`, if it holds at most `max_bytes` (`dir_fd`, `owners`: as
+    open_placed takes them)."""
+    fd = open_placed(path, follow=follow, dir_fd=dir_fd, owners=owners)
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:

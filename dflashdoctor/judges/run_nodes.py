@@ -5,6 +5,7 @@ nodes reported, which ranks were seen, and which part never came.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,22 @@ class RunPart:
     record: dict[str, Any]
     observations: RunObservations | None = None
     reported: bool = False
+    refused: str | None = None  # why it was not read: another user's, a link (runs/parts.SharedFolder)
     sections: list[ProbeResult] = field(default_factory=list)
+
+    def damage(self) -> str | None:
+        """Why this part cannot be believed as a node's run: refused, or holding numbers that no run
+        of torch.distributed has (a world size of three billion, `²`): the merge must not act on them."""
+        if self.refused:
+            return self.refused
+        for log in self.observations.processes if self.observations else []:
+            if log.rank is not None and not 0 <= log.rank < MAX_WORLD:
+                return f"process {log.pid} says it is rank {log.rank}"
+            for name in RANK_VARIABLES:
+                value = _env(log).get(name)
+                if value is not None and _rank_number(value) is None:
+                    return f"process {log.pid} has {name}={value[:40]!r}, not a number of ranks up to {MAX_WORLD}"
+        return None
 
     @property
     def node_rank(self) -> int | None:
@@ -35,8 +51,21 @@ class RunPart:
         return rank if isinstance(rank, int) else None
 
 
+MAX_WORLD = 1 << 20  # more ranks than any job has run; a larger number in a part is damage
+RANK_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+
+
 def _env(log: ProcessLog) -> dict[str, str]:
     return log.start["env"] if log.start else {}
+
+
+def _rank_number(text: str) -> int | None:
+    """A rank or world size as torch.distributed sets it: ASCII digits, below MAX_WORLD (`²` and
+    a 5,000-digit value are neither: int() would take the first and refuse the second)."""
+    if not (0 < len(text) <= 7 and text.isascii() and text.isdigit()):
+        return None
+    number = int(text)
+    return number if number <= MAX_WORLD else None
 
 
 def rank_name(part: RunPart, log: ProcessLog) -> str:
@@ -51,8 +80,8 @@ def rank_name(part: RunPart, log: ProcessLog) -> str:
 
 
 def judge_part(part: RunPart) -> None:
-    """The part's own sections, named by node and rank."""
-    if part.observations is None:
+    """The part's own sections, named by node and rank (none for a damaged part)."""
+    if part.observations is None or part.damage():
         return
     by_label = {log.label: log for log in part.observations.processes}
     sections = judge_run(part.observations, Budgets())
@@ -93,9 +122,11 @@ class RunNodesJudge(Judge):
 
     def judge(self) -> ProbeResult:
         expected = max((p.record.get("nnodes") or 0 for p in self.parts), default=0)
-        rows = []
-        for part in self.parts:
+        rows: list[list[str]] = []
+        believed = [part for part in self.parts if not part.damage()]
+        for part in believed:
             self._part(part, rows)
+        self._damaged()
         self._missing(expected)
         self._mixed()
         self._ranks()
@@ -137,8 +168,25 @@ class RunNodesJudge(Judge):
                 ]
             )
 
+    def _damaged(self) -> None:
+        damaged = [(part, part.damage()) for part in self.parts if part.damage()]
+        for part, why in damaged:
+            self._check(part.name, "fail", f"not read: {why}", "node-part-damaged")
+        if damaged:
+            self.findings.append(
+                finding(
+                    "node-part-damaged",
+                    f"{len(damaged)} node part(s) in this folder cannot be believed: "
+                    + "; ".join(f"{part.name}: {why}" for part, why in damaged[:3]),
+                    detail="Nothing of such a part is in this report: the shared folder may hold another "
+                    "user's files, or a part no run of this tool wrote.",
+                    evidence={"parts": [{"part": part.name, "why": why} for part, why in damaged[:64]]},
+                    fix="Look at who wrote that part (ls -l); give each run a report folder only its nodes write.",
+                )
+            )
+
     def _missing(self, expected: int) -> None:
-        unfinished = [p for p in self.parts if p.observations is None]
+        unfinished = [p for p in self.parts if p.observations is None and not p.damage()]
         absent = max(0, expected - len(self.parts))
         for part in unfinished:
             self._check(part.name, "fail", f"{part.record.get('host', '?')}: {_why_missing(part)}", "node-missing")
@@ -181,16 +229,23 @@ class RunNodesJudge(Judge):
         self._check("parts", "fail", "; ".join(said), "node-parts-mixed")
 
     def _ranks(self) -> None:
-        logs = [log for p in self.parts if p.observations for log in p.observations.processes if log.rank is not None]
+        logs = [
+            log
+            for p in self.parts
+            if p.observations and not p.damage()
+            for log in p.observations.processes
+            if log.rank is not None
+        ]
         world = {_env(log).get("WORLD_SIZE") for log in logs} - {None}
-        seen = sorted({log.rank for log in logs if log.rank is not None})
-        size = int(next(iter(world))) if len(world) == 1 and next(iter(world)).isdigit() else None
+        seen = {log.rank for log in logs if log.rank is not None}
+        size = _rank_number(next(iter(world))) if len(world) == 1 else None
         if size is None:
             self._check("ranks", "info", f"{len(seen)} ranks seen")
             return
-        missing = sorted(set(range(size)) - set(seen))
-        status = "warn" if missing else "pass"
-        self._check("ranks", status, f"{len(seen)} of world size {size}" + (f"; missing {missing}" if missing else ""))
+        missing_count = size - sum(1 for rank in seen if 0 <= rank < size)
+        missing = list(itertools.islice((rank for rank in range(size) if rank not in seen), 32))
+        said = f"; missing {missing}{' ...' if missing_count > len(missing) else ''}" if missing else ""
+        self._check("ranks", "warn" if missing else "pass", f"{len(seen)} of world size {size}{said}")
 
 
 def judge(parts: list[RunPart]) -> list[ProbeResult]:

@@ -174,15 +174,20 @@ class LogReader:
     (the watch loop asks every few seconds; a long run's files grow large). A line not yet ended is
     left for the next call; one that does not parse (a process killed mid-write) is counted."""
 
-    def __init__(self, events: Path) -> None:
+    def __init__(self, events: Path, folder: int | None = None, owners: frozenset[int] | None = None) -> None:
+        """`folder`: the events folder, open (merge reads another node's through its descriptor), whose
+        files must belong to one of `owners` if given."""
         self.events = events
+        self.folder = folder
+        self.owners = owners
         self.logs: dict[int, ProcessLog] = {}
         self._offsets: dict[Path, int] = {}
 
     def update(self, *, final: bool = False) -> list[ProcessLog]:
         """`final`: the processes are gone, so an unended last line is a damaged one."""
-        for path in sorted(self.events.glob("*.jsonl")):
-            self._read(path, final)
+        names = os.listdir(self.folder) if self.folder is not None else [p.name for p in self.events.glob("*.jsonl")]
+        for name in sorted(n for n in names if n.endswith(".jsonl")):
+            self._read(self.events / name, final)
         logs = self.logs.values()
         rank_parents = {log.start["ppid"] for log in logs if log.rank is not None and log.start}
         for log in logs:
@@ -195,7 +200,10 @@ class LogReader:
         A line longer than a chunk is no record of the agent's: counted damaged and skipped."""
         file_pid = _pid_of(path)
         try:
-            fd = open_placed(path)
+            if self.folder is None:
+                fd = open_placed(path)
+            else:
+                fd = open_placed(path.name, dir_fd=self.folder, owners=self.owners)
         except OSError:
             return
         with os.fdopen(fd, "rb") as handle:
@@ -237,9 +245,10 @@ class LogReader:
             self.logs.setdefault(file_pid, ProcessLog(file_pid)).damaged_lines += 1
 
 
-def read_logs(events: Path) -> list[ProcessLog]:
-    """Every process's log once the run is over, ordered by rank then pid."""
-    return LogReader(events).update(final=True)
+def read_logs(events: Path, folder: int | None = None, owners: frozenset[int] | None = None) -> list[ProcessLog]:
+    """Every process's log once the run is over, ordered by rank then pid (`folder`, `owners`: as
+    LogReader takes them)."""
+    return LogReader(events, folder, owners).update(final=True)
 
 
 def _pid_of(path: Path) -> int | None:

@@ -26,10 +26,14 @@ class RunObservations:
         return {"command": self.command, "outcome": asdict(self.outcome), "events": "events"}
 
     @classmethod
-    def read(cls, data: dict[str, Any], events: Path) -> RunObservations:
+    def read(
+        cls, data: dict[str, Any], events: Path, folder: int | None = None, owners: frozenset[int] | None = None
+    ) -> RunObservations:
+        """Observations written by `run`, with the events read back from `events` (through the open
+        `folder`, whose files must belong to `owners`, when given: read_logs)."""
         run = load(cls, {k: v for k, v in data.items() if k != "processes"})
         hang = run.outcome.hang
         if hang and isinstance(hang.get("stacks"), dict):  # JSON made the pids strings
             hang["stacks"] = {int(pid): stacks for pid, stacks in hang["stacks"].items()}
-        run.processes = read_logs(events)
+        run.processes = read_logs(events, folder, owners)
         return run

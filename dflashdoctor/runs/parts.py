@@ -14,6 +14,7 @@ import json
 import os
 import re
 import socket
+import stat
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -23,6 +24,8 @@ from typing import Any
 from dflashdoctor.placed_files import MIB, read_placed
 from dflashdoctor.redaction import redact_argv
 from dflashdoctor.report_folder import ReportFolder
+from dflashdoctor.safe_fs import closing, open_child_folder, refused_because, user_name
+from dflashdoctor.safe_paths import open_folder, trusted_uids
 
 PART_FILE = "node.json"
 _PART_FILE_BYTES = 64 * MIB  # node.json is bytes, a report.json a few megabytes
@@ -88,16 +91,69 @@ class FoundPart:
     folder: Path
     record: dict[str, Any]  # node.json
     report: dict[str, Any] | None  # report.json, once the node finished
+    refused: str | None = None  # why nothing of it is believed: whose it is, what is there
 
     @property
     def name(self) -> str:
         return self.folder.name
 
 
-def _json(path: Path) -> dict[str, Any] | None:
+class PartRefused(Exception):
+    """A part folder, or a file in it, that may not be read as a node's: why, in words."""
+
+
+class SharedFolder:
+    """The run's shared report folder, open: its parts are read through descriptors, never by path.
+
+    Every node writes there, so another local user who can write there too could place a part, or
+    an `events` link into root's own private run, whose text would then be merged into a report others
+    read. So nothing is reached through a link (a link to the folder itself only when this user or
+    root made it: safe_paths.py), and a part, its `events` and every file read from them must belong
+    to whoever owns the shared folder, to this user or to root (`owners`)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.fd = open_folder(directory)
+        self.owners = trusted_uids() | {os.fstat(self.fd).st_uid}
+
+    def __enter__(self) -> SharedFolder:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)
+
+    def names(self) -> list[str]:
+        return sorted(os.listdir(self.fd))
+
+    def folder(self, parent_fd: int, name: str, what: str) -> int:
+        """The folder `name` in `parent_fd`, if it is a folder of one of `owners` that no one else
+        can write into; PartRefused otherwise (FileNotFoundError where there is none)."""
+        try:
+            fd = open_child_folder(parent_fd, name)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise PartRefused(f"its {what} is {refused_because(exc)}") from None
+        info = os.fstat(fd)
+        reason = None
+        if info.st_uid not in self.owners:
+            reason = f"its {what} belongs to {user_name(info.st_uid)}, not to who writes {self.directory} or root"
+        elif info.st_mode & 0o022:
+            reason = f"its {what} can be written by others (mode {stat.S_IMODE(info.st_mode):o})"
+        if reason:
+            os.close(fd)
+            raise PartRefused(reason)
+        return fd
+
+    def read(self, folder_fd: int, name: str, max_bytes: int) -> bytes:
+        """A file of a part: a regular file of one of `owners`, never through a link."""
+        return read_placed(name, max_bytes, dir_fd=folder_fd, owners=self.owners)
+
+
+def _json(shared: SharedFolder, folder_fd: int, name: str) -> dict[str, Any] | None:
     """A part's JSON file, read as a file another node placed in a shared folder (placed_files.py)."""
     try:
-        data = json.loads(read_placed(path, _PART_FILE_BYTES))
+        data = json.loads(shared.read(folder_fd, name, _PART_FILE_BYTES))
     except (OSError, ValueError, RecursionError):  # absent, still being written, or not a file to read
         return None
     return data if isinstance(data, dict) else None
@@ -114,20 +170,46 @@ def _record(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "nnodes": _whole(data.get("nnodes"), 1, _MAX_NODES),
         "node_rank": _whole(data.get("node_rank"), 0, _MAX_NODES),
-        "host": str(data.get("host", "?")),
-        "command": [str(word) for word in command] if isinstance(command, list) else [],
+        "host": str(data.get("host", "?"))[:256],
+        "command": [str(word)[:4096] for word in command[:4096]] if isinstance(command, list) else [],
         "pid": _whole(data.get("pid"), 0, 2**31),
     }
 
 
 def find_parts(directory: Path) -> list[FoundPart]:
-    """Every node's part in the shared folder, by node rank; finished or not."""
+    """Every node's part in the shared folder, by node rank; finished or not; a part that may not
+    be believed (SharedFolder says why) is there with `refused` and nothing read from it."""
     found = []
-    for folder in sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink()):
-        record = _json(folder / PART_FILE)
-        if record is not None:
-            found.append(FoundPart(folder, _record(record), _json(folder / "report.json")))
+    with SharedFolder(directory) as shared:
+        for name in shared.names():
+            try:
+                fd = shared.folder(shared.fd, name, "folder")
+            except FileNotFoundError:
+                continue
+            except PartRefused as exc:
+                if _has_part_file(shared.fd, name):
+                    found.append(FoundPart(directory / name, _record({}), None, refused=str(exc)))
+                continue
+            with closing(fd):
+                record = _json(shared, fd, PART_FILE)
+                if record is not None:
+                    found.append(FoundPart(directory / name, _record(record), _json(shared, fd, "report.json")))
     return sorted(found, key=lambda p: (p.record.get("node_rank") is None, p.record.get("node_rank") or 0, p.name))
+
+
+def _has_part_file(folder_fd: int, name: str) -> bool:
+    """Whether a refused entry looks like a part (a folder, or a link, with a node.json in it): such
+    an entry is named in the report; anything else in the shared folder is not a part at all."""
+    try:
+        fd = os.open(name, os.O_PATH | os.O_CLOEXEC, dir_fd=folder_fd)
+    except OSError:
+        return False
+    with closing(fd):
+        try:
+            os.stat(PART_FILE, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return False
+    return True
 
 
 def wait_for_parts(directory: Path, nnodes: int, wait_s: float) -> list[FoundPart]:

@@ -17,6 +17,8 @@ from tests.unit.recorded import ASSETS
 CASES = {
     "node-missing": "cpu/run-two-nodes with node1's report taken away, and with node1 absent",
     "node-parts-mixed": "cpu/run-two-nodes with node1's node.json claiming node 0, 3 nodes, or another command",
+    "node-part-damaged": "cpu/run-two-nodes with rank 3's WORLD_SIZE out of range, node1's events a link, or "
+    "node1's folder another user's",
 }
 PARTS = ASSETS / "cpu" / "run-two-nodes"
 
@@ -111,11 +113,75 @@ def test_a_hostile_node_json_is_read_for_what_it_can_be(tmp_path):
     (shared / "garbage" / "node.json").write_bytes(b"\xff\xfe not json")
     (shared / "linked").symlink_to(shared / "node0-vm", target_is_directory=True)
     parts = find_parts(shared)
-    assert [p.name for p in parts] == ["node0-vm", "node1-vm", "odd"]
-    assert parts[2].record["nnodes"] is None and parts[2].record["node_rank"] is None
+    assert [p.name for p in parts] == ["node0-vm", "node1-vm", "linked", "odd"]
+    assert parts[3].record["nnodes"] is None and parts[3].record["node_rank"] is None
+    assert parts[2].refused == "its folder is a symbolic link (never followed)"
     merged = merge(shared, ["dflashdoctor", "merge"])
     (missing,) = [f for f in merged.results[0].findings if f.code == "node-missing"]
     assert missing.evidence["unfinished"] == ["odd"]
+    (damaged,) = [f for f in merged.results[0].findings if f.code == "node-part-damaged"]
+    assert damaged.evidence["parts"] == [{"part": "linked", "why": "its folder is a symbolic link (never followed)"}]
+
+
+def _set_world_size(shared: Path, value: str) -> None:
+    """Rank 3's start record (node1-vm) saying WORLD_SIZE=value, as a hostile or broken part would."""
+    events = shared / "node1-vm" / "events" / "vm-13219.jsonl"
+    lines = events.read_text().splitlines()
+    start = json.loads(lines[0])
+    start["env"]["WORLD_SIZE"] = value
+    events.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["3000000000", "\u00b2", "9" * 5000, "-1", " 4", "\u0664"],
+    ids=["three-billion", "superscript-two", "5000-digits", "negative", "space", "arabic-indic-four"],
+)
+def test_a_part_whose_world_size_no_run_has_is_damaged_and_sizes_nothing(tmp_path, value):
+    """WORLD_SIZE "3000000000" took the merge to 23 GB (a set of every rank); "²" and 5,000 digits
+    exited 3 (int() refuses them). The part is named damaged, and nothing of it is judged."""
+    shared = _copy(tmp_path)
+    _set_world_size(shared, value)
+    merged = merge(shared, ["dflashdoctor", "merge"])
+    (damaged,) = [f for f in merged.results[0].findings if f.code == "node-part-damaged"]
+    assert damaged.evidence["parts"][0]["part"] == "node1-vm"
+    assert "WORLD_SIZE=" in damaged.evidence["parts"][0]["why"]
+    assert merged.exit_code() == 1
+    assert not [r for r in merged.results if r.probe.startswith("node 1")]  # nothing of the damaged part
+
+
+def test_a_world_size_in_range_lists_at_most_a_few_missing_ranks(tmp_path):
+    shared = _copy(tmp_path)
+    for events in (shared / "node0-vm" / "events", shared / "node1-vm" / "events"):
+        for path in events.glob("*.jsonl"):
+            lines = path.read_text().splitlines()
+            start = json.loads(lines[0])
+            if "WORLD_SIZE" in start["env"]:
+                start["env"]["WORLD_SIZE"] = "1000000"
+            path.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
+    merged = merge(shared, ["dflashdoctor", "merge"])
+    ranks = {c.name: c for c in merged.results[0].checks}["ranks"]
+    assert ranks.status == "warn" and ranks.summary.startswith("4 of world size 1000000; missing [4, 5,")
+    assert ranks.summary.endswith("...")
+
+
+def test_a_parts_events_reached_through_a_link_are_never_read(tmp_path):
+    """A part in the shared folder whose `events` is a link to another run's (root's private one):
+    that run's exception text would have gone into the merged report."""
+    shared = _copy(tmp_path)
+    private = tmp_path / "private-run"
+    shutil.copytree(shared / "node1-vm" / "events", private)
+    (private / "vm-13219.jsonl").write_text(
+        (private / "vm-13219.jsonl").read_text().replace('"kind": "progress"', '"kind": "progress", "x": "PRIVATE"', 1)
+    )
+    shutil.rmtree(shared / "node1-vm" / "events")
+    (shared / "node1-vm" / "events").symlink_to(private, target_is_directory=True)
+    merged = merge(shared, ["dflashdoctor", "merge"])
+    (damaged,) = [f for f in merged.results[0].findings if f.code == "node-part-damaged"]
+    assert damaged.evidence["parts"] == [
+        {"part": "node1-vm", "why": "its events folder is a symbolic link (never followed)"}
+    ]
+    assert "PRIVATE" not in merged.to_json()
 
 
 @pytest.mark.parametrize(
