@@ -25,6 +25,7 @@ from typing import Any
 
 from dflashdoctor.errors import BadInput, MissingPackage
 from dflashdoctor.processes import pid_alive
+from dflashdoctor.redaction import redact_text
 
 
 class UsageError(BadInput):
@@ -129,9 +130,9 @@ def probe_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         if isinstance(exc, MissingPackage):
             payload["missing_package"] = exc.package
     except Exception as exc:  # the probe's own failure: still a document, so the doctor can say what broke
-        payload = {
-            "probe_error": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc()[-4000:],
+        payload = {  # its traceback may chain the target's exception, quoting a secret: redacted, then cut
+            "probe_error": redact_text(f"{type(exc).__name__}: {exc}"),
+            "traceback": redact_text(traceback.format_exc())[-4000:],
         }
     write_json_atomically(args.out, payload)
     # The result is on disk; skip interpreter teardown. After a compile, teardown joins Inductor's

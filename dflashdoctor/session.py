@@ -18,7 +18,7 @@ from dflashdoctor.judges.leftovers import left_running_finding
 from dflashdoctor.observations import ObservationsError, load
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.probe_support import missing_package
-from dflashdoctor.redaction import redact_argv
+from dflashdoctor.redaction import redact_argv, redact_text
 from dflashdoctor.remote import SshTarget
 from dflashdoctor.report import ProbeResult, Report
 from dflashdoctor.runner import ProbeRun, resolve_python, run_probe
@@ -88,8 +88,9 @@ def crash_result(run: ProbeRun) -> ProbeResult:
                 evidence={
                     "returncode": run.returncode,
                     "timed_out": run.timed_out,
-                    "stderr_tail": run.stderr_tail,
-                    "stdout_tail": run.stdout_tail,
+                    # a traceback the probe's target printed may quote a secret
+                    "stderr_tail": redact_text(run.stderr_tail),
+                    "stdout_tail": redact_text(run.stdout_tail),
                     "argv": run.argv,
                 },
                 fix="Raise --timeout if the probe was only slow; otherwise run the argv above by hand to reproduce.",

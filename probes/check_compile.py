@@ -37,6 +37,7 @@ from dflashdoctor.hooks.memory import PeakMemory  # noqa: E402
 from dflashdoctor.observations import CheckCompileObservations, dump  # noqa: E402
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device  # noqa: E402
 from dflashdoctor.records import Phase  # noqa: E402
+from dflashdoctor.redaction import redact_text  # noqa: E402
 from dflashdoctor.reference.masks import build_block_mask  # noqa: E402
 from dflashdoctor.shapes import AttentionShape, shape_problem, shape_with  # noqa: E402
 from dflashdoctor.targets import describe, plan_target_call, resolve  # noqa: E402
@@ -140,7 +141,7 @@ class CheckCompileProbe:
 
     def _oom_record(self, phase: str, exc: BaseException) -> dict[str, Any]:
         message = probe_support.first_line(str(exc), type(exc).__name__)
-        record: dict[str, Any] = {"phase": phase, "message": message[:500]}
+        record: dict[str, Any] = {"phase": phase, "message": redact_text(message)[:500]}
         if self.device == "cuda":
             record["allocated_bytes"] = torch.cuda.memory_allocated()
             record["reserved_bytes"] = torch.cuda.memory_reserved()
@@ -173,10 +174,10 @@ class CheckCompileProbe:
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # sys.exit or a raised Ctrl-C: the target's doing
             self.target_error = {
                 "type": type(exc).__name__,
-                "message": str(exc)[:2000],
+                "message": redact_text(str(exc))[:2000],  # a secret it quotes is kept by no report
                 "phase": self.dense.phase,
                 "where": _error_site(exc),
-                "traceback": traceback.format_exc()[-3000:],
+                "traceback": redact_text(traceback.format_exc())[-3000:],
             }
             raise TargetFailed from exc
 

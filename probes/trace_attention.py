@@ -34,6 +34,7 @@ from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config, drafter_dimensions, is_frozen_target
 from dflashdoctor.observations import TraceAttentionObservations, dump
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
+from dflashdoctor.redaction import redact_text
 from dflashdoctor.reference.drafter_step import BLOCK_SIZE, make_drafter_step
 from dflashdoctor.targets import unbound_problem
 
@@ -153,8 +154,8 @@ def _trace_model(config: dict[str, Any], device: str, dense: DenseFlexRecorder, 
 def _error_record(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, SystemExit):
         return {"type": "SystemExit", "message": f"exit status {exc.code}", "traceback": ""}
-    trace = "".join(traceback.format_exception(exc))
-    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": trace[-4000:]}
+    trace = redact_text("".join(traceback.format_exception(exc)))[-4000:]  # a secret it quotes: in no report
+    return {"type": type(exc).__name__, "message": redact_text(str(exc))[:2000], "traceback": trace}
 
 
 def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], BaseException | None]:

@@ -82,7 +82,7 @@ class ProcessAgent:
         try:
             return fn(*args)
         except Exception as exc:
-            self.log.write("agent-error", what=what, error=f"{type(exc).__name__}: {exc}")
+            self.log.write("agent-error", what=what, error=redact_text(f"{type(exc).__name__}: {exc}"))
             return None
 
     def _torch_imported(self, module: Any) -> None:
@@ -120,8 +120,9 @@ class ProcessAgent:
             "exception",
             thread=thread,
             type=type(exc).__name__,
-            message=redact_text(str(exc)[:2000]),
-            traceback=redact_text("".join(traceback.format_exception(exc))[-_TRACEBACK_CHARS:]),
+            # redacted, then cut: a cut first could leave part of a secret that no rule knows any more
+            message=redact_text(str(exc))[:2000],
+            traceback=redact_text("".join(traceback.format_exception(exc)))[-_TRACEBACK_CHARS:],
             where={"file": last.filename, "line": last.lineno, "function": last.name} if last else None,
             raised_at=f"{raised.filename}:{raised.lineno} in {raised.name}" if raised else None,
             module=module,

@@ -28,6 +28,7 @@ import torch
 
 from dflashdoctor.autotune import FIXES
 from dflashdoctor.hooks.autotuner_guard import AutotunerGuard, kernel_name
+from dflashdoctor.redaction import redact_text
 
 _JITTER_S = 0.002
 
@@ -118,9 +119,9 @@ def thread_error(exc: BaseException) -> ThreadError:
     return ThreadError(
         thread=threading.current_thread().name,
         type=type(exc).__name__,
-        message=str(exc)[:500],
+        message=redact_text(str(exc))[:500],  # the workload's own text: it may quote a secret
         frame=f"{last.filename}:{last.lineno} in {last.name}" if last else "",
-        traceback="".join(traceback.format_exception(exc))[-4000:],
+        traceback=redact_text("".join(traceback.format_exception(exc)))[-4000:],
         kernel=_failing_kernel(exc.__traceback__),
         launch_site=_launch_site(frames),
     )

@@ -20,6 +20,8 @@ import re
 import sys
 from typing import Any
 
+from dflashdoctor.redaction import redact_text
+
 _FIELDS = (
     "compile_id",
     "co_name",
@@ -36,6 +38,8 @@ _FIELDS = (
     "inductor_fx_local_cache_miss_count",
 )
 _TEXT_LIMIT = 2000
+# Text that quotes the user's values: the exception that stopped a compile, a guard that failed
+_USER_TEXT = frozenset({"fail_reason", "recompile_reason"})
 _SITES_KEPT = 50  # distinct graph-break sites a watch keeps; further breaks are still counted
 _STACK_KEPT = 16  # innermost frames kept of a break's user stack
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -69,6 +73,8 @@ def _record(metrics: Any, phase: str) -> dict[str, Any]:
     record: dict[str, Any] = {"phase": phase}
     for name in _FIELDS:
         value = getattr(metrics, name, None)
+        if name in _USER_TEXT and value is not None:  # redacted before the cut, which could halve a secret
+            value = redact_text(str(value))
         if isinstance(value, str) and len(value) > _TEXT_LIMIT:
             value = value[:_TEXT_LIMIT]
         record[name] = value if value is None or isinstance(value, int | float | str) else str(value)
@@ -117,7 +123,8 @@ class _BreakSites:
             reason = getattr(item, "reason", None)
             stack = getattr(item, "user_stack", None)
             frames = [f for f in map(_frame, stack if isinstance(stack, list) else []) if f]
-            breaks.append(((reason if isinstance(reason, str) else str(item))[:_TEXT_LIMIT], frames))
+            text = redact_text(reason if isinstance(reason, str) else str(item))  # it may quote a constant
+            breaks.append((text[:_TEXT_LIMIT], frames))
         return breaks
 
     def add(self, reason: str, frames: list[str]) -> None:
