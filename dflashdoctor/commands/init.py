@@ -3,31 +3,37 @@ its source (lint/setup_facts.py, nothing imported): the compiled flex_attention 
 check-compile judges and every call must go through, the training command `run` runs for a few
 steps (under torchrun where the program starts a process group), whether autotuned kernels run from
 threads. Each line says what it was inferred from; `--write` adds the table to pyproject.toml, never
-over one that is there."""
+over one that is there (pyproject_table.py).
+
+The folder is opened once and everything after goes through that descriptor: a scan takes seconds
+on a large tree, and a folder swapped for a link meanwhile must not make `--write` add the table to
+another project. Strings from the repository (file names, launch lines) are written by toml_text,
+so none can become a key."""
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from dflashdoctor import toml_text
 from dflashdoctor.errors import BadInput
 from dflashdoctor.lint.setup_facts import Place, SetupFacts, python_setup, shell_setup
-from dflashdoctor.lint.sources import SOURCE_BYTES, read_source, tree_files
-from dflashdoctor.placed_files import read_placed
+from dflashdoctor.lint.sources import read_source, tree_files
+from dflashdoctor.pyproject_table import add_table
+from dflashdoctor.safe_paths import PathRefused, open_folder
+
+HEADER = "# dflashdoctor init: inferred from the source (nothing was imported or run); check each line."
 
 
 @dataclass
 class InitOptions:
     root: Path = Path(".")
     write: bool = False
-
-
-def _toml(value: object) -> str:
-    return json.dumps(value)  # a JSON string or bool is the same TOML value
 
 
 def _at(place: Place) -> str:
@@ -43,13 +49,13 @@ def _ranked(places: list[Place]) -> list[Place]:
     return sorted(places, key=lambda p: (Path(p.file).parts[0] in _AUXILIARY, len(Path(p.file).parts), p.file))
 
 
-def scan(root: Path) -> SetupFacts:
-    """Python files and shell scripts in one walk, each read once; what cannot be read or parsed
-    says nothing (lint lists such files)."""
+def scan(root_fd: int) -> SetupFacts:
+    """Python files and shell scripts in one walk below the open folder, each read once; what cannot
+    be read or parsed says nothing (lint lists such files)."""
     facts = SetupFacts()
-    for path, relative, python in tree_files(os.fspath(root)):
+    for folder_fd, name, relative, python in tree_files(root_fd):
         try:
-            data = read_source(path)
+            data = read_source(name, dir_fd=folder_fd)
             if python:
                 python_setup(facts, relative, data)
             else:
@@ -59,70 +65,107 @@ def scan(root: Path) -> SetupFacts:
     return facts
 
 
-def config_text(facts: SetupFacts) -> str:
-    """The table, with a comment on each line saying what it came from."""
-    lines = ["# dflashdoctor init: inferred from the source (nothing was imported or run); check each line.", ""]
-    lines.append("[tool.dflashdoctor]")
-    facts.wrappers, facts.trainers = _ranked(facts.wrappers), _ranked(facts.trainers)
-    if facts.wrappers:
-        wrapper = facts.wrappers[0]
-        backend = facts.wrapper_backends.get(wrapper.what)
-        said = f"torch.compile(flex_attention{f', backend={backend!r}' if backend else ''}) at {_at(wrapper)}"
-        lines.append(f"target = {_toml(wrapper.what)}  # check-compile judges it: {said}")
-        lines.append(
-            f"# expect_wrapper = {_toml(wrapper.what)}  # with script = a file running one of your steps: "
-            "trace-attention then checks that every flex_attention call goes through it"
-        )
-        for other in facts.wrappers[1:4]:
-            lines.append(f"# another compiled flex_attention wrapper: {other.what} ({_at(other)})")
-    else:
-        lines.append("# target: no torch.compile(flex_attention) bound to a name was found; the reference's is judged")
-    for hf in facts.hf_flex[:3]:
-        lines.append(f"# {hf.what} at {_at(hf)}: transformers' flex path; `run` names each layer's calls")
+@dataclass
+class Entry:
+    """One line of the table: a key with its value and what it was inferred from, or (`key` None) a
+    comment alone."""
+
+    key: str | None
+    value: object = None
+    note: str = ""
+
+
+def _wrapper_entries(facts: SetupFacts) -> list[Entry]:
+    if not facts.wrappers:
+        return [Entry(None, note="target: no torch.compile(flex_attention) bound to a name; the reference's is judged")]
+    wrapper = facts.wrappers[0]
+    backend = facts.wrapper_backends.get(wrapper.what)
+    said = f"torch.compile(flex_attention{f', backend={backend!r}' if backend else ''}) at {_at(wrapper)}"
+    expect = (
+        f"expect_wrapper = {wrapper.what}: with script = a file running one of your steps, "
+        "trace-attention then checks that every flex_attention call goes through it"
+    )
+    others = [
+        Entry(None, note=f"another compiled flex_attention wrapper: {o.what} ({_at(o)})") for o in facts.wrappers[1:4]
+    ]
+    return [Entry("target", wrapper.what, f"check-compile judges it: {said}"), Entry(None, note=expect), *others]
+
+
+def _run_entries(facts: SetupFacts) -> list[Entry]:
     trainer = facts.trainers[0] if facts.trainers else None
-    if trainer is not None:
-        distributed = trainer.file in facts.distributed
-        command = (
-            f"torchrun --standalone --nproc-per-node 2 {trainer.file}" if distributed else f"python3 {trainer.file}"
-        )
-        why = "starts a process group: two ranks on this machine" if distributed else "steps an optimizer"
-        lines.append(f"run = {_toml(command)}  # {_at(trainer)}: {trainer.what}, {why}")
-        lines.append("run_steps = 3  # each process stops after this many optimizer steps")
-    else:
-        lines.append('# run: no entry point that steps an optimizer was found; set run = "python3 train.py ..."')
-    for launcher in facts.launchers[:3]:
-        lines.append(f"# a launch line at {_at(launcher)}: {launcher.what}")
-    threaded = bool(facts.thread_pools)
-    if threaded:
+    if trainer is None:
+        return [
+            Entry(None, note='run: no entry point that steps an optimizer was found; set run = "python3 train.py ..."')
+        ]
+    distributed = trainer.file in facts.distributed
+    command = f"torchrun --standalone --nproc-per-node 2 {trainer.file}" if distributed else f"python3 {trainer.file}"
+    why = "starts a process group: two ranks on this machine" if distributed else "steps an optimizer"
+    return [
+        Entry("run", command, f"{_at(trainer)}: {trainer.what}, {why}"),
+        Entry("run_steps", 3, "each process stops after this many optimizer steps"),
+    ]
+
+
+def entries(facts: SetupFacts) -> list[Entry]:
+    """The table, each key with what it came from."""
+    facts.wrappers, facts.trainers = _ranked(facts.wrappers), _ranked(facts.trainers)
+    table = _wrapper_entries(facts)
+    table += [
+        Entry(None, note=f"{hf.what} at {_at(hf)}: transformers' flex path; `run` names each layer's calls")
+        for hf in facts.hf_flex[:3]
+    ]
+    table += _run_entries(facts)
+    table += [
+        Entry(None, note=f"a launch line at {_at(launcher)}: {launcher.what}") for launcher in facts.launchers[:3]
+    ]
+    if facts.thread_pools:
         first = facts.thread_pools[0]
-        lines.append(f"threaded_autotuners = true  # {first.what} at {_at(first)}: kernels may be entered from threads")
+        note = f"{first.what} at {_at(first)}: kernels may be entered from threads"
+        table.append(Entry("threaded_autotuners", True, note))
     else:
-        lines.append("threaded_autotuners = false  # no thread pool in a file that imports torch")
-    return "\n".join(lines) + "\n"
+        table.append(Entry("threaded_autotuners", False, "no thread pool in a file that imports torch"))
+    return table
 
 
-def _write(pyproject: Path, text: str) -> None:
-    """Add the table to pyproject.toml (made if missing); a file that has one keeps it."""
-    if pyproject.is_symlink() or (pyproject.exists() and not pyproject.is_file()):
-        raise BadInput(f"{pyproject} is not a regular file: not written")
-    if pyproject.exists():
-        try:
-            existing = tomllib.loads(read_placed(pyproject, SOURCE_BYTES).decode("utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise BadInput(f"{pyproject} cannot be read as TOML ({exc}): not written") from None
-        if "dflashdoctor" in existing.get("tool", {}):
-            raise BadInput(f"{pyproject} already has [tool.dflashdoctor]: not written over")
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(pyproject, flags, 0o644)
-    with os.fdopen(fd, "a", encoding="utf-8") as handle:
-        handle.write(("\n" if pyproject.stat().st_size else "") + text)
+def _line(entry: Entry) -> str:
+    """A key and its comment; a value TOML cannot hold (a file name that is not UTF-8) is a comment
+    saying so instead of a key."""
+    if entry.key is None:
+        return toml_text.comment(entry.note)
+    try:
+        return f"{entry.key} = {toml_text.value(entry.value)}  {toml_text.comment(entry.note)}"
+    except toml_text.NotText as exc:
+        return toml_text.comment(f"{entry.key}: {exc}, which TOML cannot hold; {entry.note}")
+
+
+def config_text(table: list[Entry]) -> str:
+    """The table as TOML, with a comment on each line saying what it came from."""
+    return "\n".join([HEADER, "", "[tool.dflashdoctor]", *map(_line, table)]) + "\n"
+
+
+def _open_root(root: Path) -> int:
+    """The repository's folder, opened once (a link on the way only when this user or root made it)."""
+    try:
+        return open_folder(root)
+    except PathRefused as exc:
+        raise BadInput(f"{exc}: not scanned") from None
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise BadInput(f"{root} is not a folder") from None
+        raise BadInput(f"cannot open {root}: {exc.strerror or exc}") from None
 
 
 def init(options: InitOptions) -> str:
-    if not options.root.is_dir():
-        raise BadInput(f"{options.root} is not a folder")
-    text = config_text(scan(options.root))
-    if options.write:
-        _write(options.root / "pyproject.toml", text)
-        print(f"dflashdoctor init: added [tool.dflashdoctor] to {options.root / 'pyproject.toml'}", file=sys.stderr)
+    root_fd = _open_root(options.root)
+    try:
+        try:
+            text = config_text(entries(scan(root_fd)))
+        except (OSError, RecursionError) as exc:  # a tree nested deeper than descriptors or the stack allow
+            raise BadInput(f"cannot walk {options.root}: {getattr(exc, 'strerror', None) or exc}") from None
+        if options.write:
+            table: dict[str, Any] = tomllib.loads(text)["tool"]["dflashdoctor"]
+            add_table(root_fd, options.root / "pyproject.toml", text, table)
+            print(f"dflashdoctor init: added [tool.dflashdoctor] to {options.root / 'pyproject.toml'}", file=sys.stderr)
+    finally:
+        os.close(root_fd)
     return text

@@ -27,11 +27,13 @@ def skipped(folder: str) -> bool:
     return folder in SKIPPED or folder.endswith(".egg-info")
 
 
-def read_source(path: str, max_bytes: int = SOURCE_BYTES) -> bytes:
-    """The whole regular file at `path` (a link to one is followed), at most `max_bytes`. A FIFO or a
+def read_source(path: str, max_bytes: int = SOURCE_BYTES, *, dir_fd: int | None = None) -> bytes:
+    """The whole regular file at `path`, at most `max_bytes`: a link to one is followed, unless the
+    file is named in an open folder (`dir_fd`: init's walk, which follows no link). A FIFO or a
     device is refused before any read (opened without blocking, so a FIFO with no writer never
     waits): PlacedFileError, an OSError, as for any file that cannot be read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if dir_fd is not None else 0)
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
@@ -52,26 +54,27 @@ def read_source(path: str, max_bytes: int = SOURCE_BYTES) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def tree_files(root: str) -> Iterator[tuple[str, str, bool]]:
-    """(path, path relative to `root`, whether it is Python) for each .py file lint reads and each
-    shell script (.sh, .slurm, .sbatch) under `root`, in one walk, in a stable order (folders and
-    files sorted, parents first). Shell scripts are also looked for in the folders skipped for
-    Python (caches, tox environments, egg-info), as `init` always did; links to folders are not
-    followed."""
-    relative_of = {root: ""}
+def tree_files(root_fd: int) -> Iterator[tuple[int, str, str, bool]]:
+    """(its folder's descriptor, its name, its path relative to the root, whether it is Python) for
+    each .py file lint reads and each shell script (.sh, .slurm, .sbatch) below the open folder
+    `root_fd`, in one walk through descriptors (no path is looked up again, no link followed, so a
+    folder swapped for a link while the walk runs leads nowhere), in a stable order (folders and
+    files sorted, parents first). The descriptor is valid until the next item. Shell scripts are
+    also looked for in the folders skipped for Python (caches, tox environments, egg-info), as
+    `init` always did. A folder that cannot be read is passed over; OSError or RecursionError for
+    a tree too deep to walk (one descriptor a level)."""
     python_skipped: set[str] = set()
-    for folder, subfolders, files in os.walk(root):
-        relative, skip_python = relative_of.pop(folder), folder in python_skipped
+    for folder, subfolders, files, folder_fd in os.fwalk(".", dir_fd=root_fd):
+        relative = folder.removeprefix("./").removeprefix(".")
+        skip_python = folder in python_skipped
         subfolders[:] = sorted(d for d in subfolders if d not in SKIPPED_SHELL)
         for name in subfolders:
-            below = os.path.join(folder, name)
-            relative_of[below] = os.path.join(relative, name)
             if skip_python or skipped(name):
-                python_skipped.add(below)
+                python_skipped.add(os.path.join(folder, name))
         for name in sorted(files):
             python = name.endswith(".py")
             if (python and not skip_python) or name.endswith(SHELL_SUFFIXES):
-                yield os.path.join(folder, name), os.path.join(relative, name), python
+                yield folder_fd, name, os.path.join(relative, name), python
 
 
 def python_files(top: str) -> Iterator[str]:

@@ -8,11 +8,17 @@ runs as a real child process, with torchrun."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from dflashdoctor.commands import init as init_command
+from dflashdoctor.pyproject_table import add_table
 from tests.conftest import run_cli
 from tests.paths import TARGETS
 
@@ -125,3 +131,146 @@ def test_what_the_fast_scan_skips_and_still_says(tmp_path, main_here):
     assert "# a launch line at __pycache__/launch.sh:2: torchrun --nproc-per-node 2 train.py" in said
     assert 'run = "torchrun --standalone --nproc-per-node 2 train.py"  # train.py:4' in said
     assert "threaded_autotuners = false" in said  # egg-info holds no team code
+
+
+# --- `--write` where a repository's names and another local user are hostile (issue 42) ---
+
+FLEX_WRAPPER = (
+    "import torch\nfrom torch.nn.attention.flex_attention import flex_attention\n\nfa = torch.compile(flex_attention)\n"
+)
+
+
+def _table(repo: Path) -> dict:
+    return tomllib.loads((repo / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["dflashdoctor"]
+
+
+def test_a_file_name_holding_a_newline_becomes_no_key(tmp_path, main_here):
+    """`x\\nrun = "touch pwned"\\n#.py` that compiles flex_attention: init's output used to parse to
+    `run = "touch pwned"`, which the gate then runs."""
+    (tmp_path / 'x\nrun = "touch pwned"\n#.py').write_text(FLEX_WRAPPER)
+    printed = main_here("init", str(tmp_path))
+    assert printed.returncode == 0, printed.stderr
+    table = tomllib.loads(printed.stdout)["tool"]["dflashdoctor"]
+    assert "run" not in table and table["target"] == 'x\nrun = "touch pwned"\n#.py:fa'
+    written = main_here("init", str(tmp_path), "--write")
+    assert written.returncode == 0, written.stderr
+    assert _table(tmp_path) == table
+
+
+def test_escape_sequences_in_names_and_launch_lines_leave_pyproject_parseable(tmp_path, main_here):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "team"  # keep this comment\n')
+    (tmp_path / "a\x1b[31m.py").write_text(FLEX_WRAPPER)
+    (tmp_path / "launch\x1b].sh").write_text("#!/bin/sh\ntorchrun --nproc-per-node 2 tr\x1b[2Jain.py \x07\r\n")
+    done = main_here("init", str(tmp_path), "--write")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "pyproject.toml").read_text(encoding="utf-8")
+    assert text.startswith('[project]\nname = "team"  # keep this comment\n')
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert _table(tmp_path)["target"] == "a\x1b[31m.py:fa"
+
+
+def test_a_name_that_is_not_utf8_is_a_comment_and_write_still_works(tmp_path, main_here):
+    """A non-UTF-8 name crashed --write (exit 3) after pyproject.toml was created empty."""
+    folder = os.fsencode(tmp_path)
+    with open(folder + b"/lat\xe9n.py", "w") as handle:
+        handle.write(FLEX_WRAPPER)
+    done = main_here("init", str(tmp_path), "--write")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "pyproject.toml").read_text(encoding="utf-8")
+    assert "lat\\xe9n.py:fa" in text and "TOML cannot hold" in text
+    assert "target" not in _table(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("old", "said"),
+    [
+        ("tool = 5\n", "its `tool` is not a table"),
+        ("tool = { ruff = { line-length = 100 } }\n", "with the table added is not valid TOML"),
+        ("[tool\n", "is not valid TOML"),
+    ],
+    ids=["tool-is-a-number", "tool-inline", "not-toml"],
+)
+def test_a_pyproject_the_table_cannot_follow_is_left_as_it_was(tmp_path, main_here, old, said):
+    (tmp_path / "pyproject.toml").write_text(old)
+    (tmp_path / "attn.py").write_text(FLEX_WRAPPER)
+    done = main_here("init", str(tmp_path), "--write")
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert (tmp_path / "pyproject.toml").read_text() == old
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_read_only_or_immutable_pyproject_is_refused_not_replaced(tmp_path, main_here):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\n')
+    pyproject.chmod(0o444)
+    done = main_here("init", str(tmp_path), "--write")
+    assert done.returncode == 2 and "is read-only (mode 444)" in done.stderr, done.stderr
+    pyproject.chmod(0o644)
+    if subprocess.run(["chattr", "+i", str(pyproject)], capture_output=True).returncode != 0:
+        return  # this filesystem has no immutable flag
+    try:
+        done = main_here("init", str(tmp_path), "--write")
+        assert done.returncode == 2 and "immutable" in done.stderr, done.stderr
+    finally:
+        subprocess.run(["chattr", "-i", str(pyproject)], check=True)
+    assert pyproject.read_text() == '[project]\nname = "x"\n'
+
+
+def test_write_on_a_read_only_mount_is_exit_2(tmp_path):
+    """A read-only bind mount of the repository, in a mount namespace of the child's own."""
+    (tmp_path / "attn.py").write_text(FLEX_WRAPPER)
+    script = (
+        f"mount --bind -o ro {tmp_path} {tmp_path} && exec {sys.executable} -m dflashdoctor init {tmp_path} --write"
+    )
+    try:
+        done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        pytest.skip("unshare (util-linux) is not installed")
+    if "mount" in done.stderr and done.returncode != 2:
+        pytest.skip(f"cannot make a read-only mount here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 2 and "Read-only file system" in done.stderr, done.stderr
+    assert not (tmp_path / "pyproject.toml").exists()
+
+
+def test_the_folder_is_scanned_and_written_through_one_descriptor(tmp_path):
+    """`init DIR --write` scans for seconds, then writes: swapping DIR for a link to another project
+    in between made root add its table to that project. Here the swap is made right after DIR is
+    opened: the scan and the write still see the folder that was opened, never the link."""
+    repo, victim = tmp_path / "repo", tmp_path / "victim"
+    repo.mkdir()
+    victim.mkdir()
+    (repo / "attn.py").write_text(FLEX_WRAPPER)
+    (victim / "pyproject.toml").write_text('[project]\nname = "victim"\n')
+    fd = init_command._open_root(repo)
+    try:
+        repo.rename(tmp_path / "moved")
+        repo.symlink_to(victim, target_is_directory=True)
+        text = init_command.config_text(init_command.entries(init_command.scan(fd)))
+        table = tomllib.loads(text)["tool"]["dflashdoctor"]
+        add_table(fd, repo / "pyproject.toml", text, table)
+    finally:
+        os.close(fd)
+    assert (victim / "pyproject.toml").read_text() == '[project]\nname = "victim"\n'
+    assert _table(tmp_path / "moved")["target"] == "attn.py:fa"
+
+
+def test_write_into_another_users_folder_is_refused(tmp_path, main_here):
+    if os.geteuid() != 0:
+        pytest.skip("another user's folder needs root to make")
+    (tmp_path / "attn.py").write_text(FLEX_WRAPPER)
+    os.chown(tmp_path, 65534, 65534)
+    done = main_here("init", str(tmp_path), "--write")
+    assert done.returncode == 2 and "belongs to nobody (uid 65534)" in done.stderr, done.stderr
+    assert not (tmp_path / "pyproject.toml").exists()
+
+
+def test_a_link_in_the_repository_is_not_followed_by_the_scan(tmp_path, main_here):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret_launch.sh").write_text("#!/bin/sh\ntorchrun --nproc-per-node 2 secret_token_abc.py\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "launch.sh").symlink_to(outside / "secret_launch.sh")
+    (repo / "linked").symlink_to(outside, target_is_directory=True)
+    said = main_here("init", str(repo)).stdout
+    assert "secret_token_abc" not in said
