@@ -38,6 +38,11 @@ CODES: dict[str, tuple[Severity, str]] = {
         "warning",
         "an installed package of the training stack requires a version of another that is not the one installed",
     ),
+    "package-metadata-unreadable": (
+        "warning",
+        "an installed package's metadata cannot be read (not UTF-8, or a read error): its version and "
+        "requirements are unknown",
+    ),
     "bytecode-not-cached": (
         "warning",
         "installed packages have no compiled bytecode and none is written: every process compiles them",
@@ -98,15 +103,15 @@ CODES: dict[str, tuple[Severity, str]] = {
         "(in data-parallel training the slowest node sets every node's pace)",
     ),
     "node-missing": ("error", "a node's part of a run on several nodes never came, or never finished"),
+    "node-part-damaged": (
+        "error",
+        "a node's part cannot be believed: another user's or reached through a link, or numbers no run has",
+    ),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
     "lint-raw-flex-call": ("error", "lint: flex_attention called outside any compiled region (its dense kernel)"),
     "lint-wrapper-not-inductor": (
         "error",
         "lint: a flex_attention wrapper compiled with a backend other than Inductor",
-    "node-part-damaged": (
-        "error",
-        "a node's part cannot be believed: another user's or reached through a link, or numbers no run has",
-    ),
     ),
     "lint-wrapper-rebound": (
         "error",

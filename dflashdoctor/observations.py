@@ -232,6 +232,7 @@ class VersionsObservations:
     python: str | None = None
     packaging: str | None = None  # the version that read the requirements; None: none could
     packages: list[PackageRecord] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)  # a distribution -> why its metadata cannot be read
 
 
 @dataclass

@@ -8,37 +8,67 @@ unchecked. The doctor judges; nothing here decides.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
 from dflashdoctor.observations import VersionsObservations, dump
-from dflashdoctor.probe_support import probe_main
+from dflashdoctor.probe_support import first_line, probe_main
 
 # The distributions a compiled-attention training run rests on, and those they pin.
 STACK = ("torch", "triton", "transformers", "fla-core", "flash-linear-attention", "tokenizers", "kernels", "einops")
+# Reading a distribution's metadata: bytes that are not UTF-8, or an OSError importlib.metadata does not
+# take as "not there" (it swallows a missing file, a folder, no permission; not a loop of links or EIO).
+_UNREADABLE = (UnicodeDecodeError, OSError)
 
 
-def _installed(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+class _Installed:
+    """What is installed, read from each distribution's metadata once (a requirement named by several
+    packages, or a hundred times by one, is not looked up on sys.path again each time), and the
+    distributions whose metadata cannot be read at all, each with why: bytes that are not UTF-8, or
+    an error reading the file that importlib.metadata does not take as "not there". Such a package
+    is not crashed on: it is named (the doctor's finding), and what requires it is left unchecked."""
+
+    def __init__(self) -> None:
+        self.versions: dict[str, str | None] = {}
+        self.unreadable: dict[str, str] = {}
+
+    def version(self, name: str) -> str | None:
+        if name not in self.versions:
+            self.versions[name] = self._read(name, metadata.version)
+        return self.versions[name]
+
+    def requires(self, name: str) -> list[str] | None:
+        """Its requirements; None when they cannot be read (an egg's requires.txt is a file of its own)."""
+        return self._read(name, lambda n: metadata.requires(n) or [])
+
+    def _read(self, name: str, read: Callable[[str], Any]) -> Any:
+        try:
+            return read(name)
+        except metadata.PackageNotFoundError:
+            return None
+        except _UNREADABLE as exc:
+            self.unreadable.setdefault(name, first_line(f"{type(exc).__name__}: {exc}"))
+            return None
 
 
-def _requirements(name: str, check: Any) -> list[dict[str, Any]]:
-    """Each requirement of `name` that applies here (no extra), with the version installed."""
+def _requirements(name: str, check: Any, installed: _Installed) -> list[dict[str, Any]]:
+    """Each requirement of `name` that applies here (no extra), with the version installed. One that
+    names a package whose metadata cannot be read is listed unchecked, as is one `check` cannot read."""
     found = []
-    for text in metadata.requires(name) or []:
+    for text in installed.requires(name) or []:
         parsed = check(text) if check else None
         if parsed is not None and not parsed["applies"]:
             continue
         required = parsed["name"] if parsed else text.split(";")[0].strip()
+        version = installed.version(required) if parsed else None
+        known = parsed is not None and required not in installed.unreadable
         found.append(
             {
                 "requirement": text,
                 "name": required,
-                "installed": _installed(required) if parsed else None,
-                "satisfied": parsed["satisfied"](_installed(required)) if parsed else None,
+                "installed": version,
+                "satisfied": parsed["satisfied"](version) if known else None,
             }
         )
     return found
@@ -48,35 +78,47 @@ def _checker() -> tuple[Any, str | None]:
     """A function reading one requirement with `packaging`, and its version; (None, None) without it."""
     try:
         import packaging
-        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.requirements import Requirement
     except ImportError:
         return None, None
 
     def check(text: str) -> dict[str, Any] | None:
+        """None for a requirement packaging cannot read or evaluate: InvalidRequirement, or a version
+        in it, in its marker or installed that packaging cannot compare (an InvalidVersion, or more
+        than the 4,300 digits Python turns into an int): a ValueError, left unchecked."""
         try:
             requirement = Requirement(text)
-        except InvalidRequirement:
+            applies = requirement.marker is None or requirement.marker.evaluate({"extra": ""})
+        except ValueError:  # InvalidRequirement is one
             return None
-        applies = requirement.marker is None or requirement.marker.evaluate({"extra": ""})
-        return {
-            "name": requirement.name,
-            "applies": applies,
-            "satisfied": lambda version: (
-                version is not None and requirement.specifier.contains(version, prereleases=True)
-            ),
-        }
+
+        def satisfied(version: str | None) -> bool | None:
+            try:
+                return version is not None and requirement.specifier.contains(version, prereleases=True)
+            except ValueError:
+                return None
+
+        return {"name": requirement.name, "applies": applies, "satisfied": satisfied}
 
     return check, getattr(packaging, "__version__", "unknown")
 
 
 def run(_config: dict[str, Any]) -> dict[str, Any]:
     check, packaging_version = _checker()
+    installed = _Installed()
     packages = [
-        {"name": name, "version": version, "requires": _requirements(name, check)}
+        {"name": name, "version": version, "requires": _requirements(name, check, installed)}
         for name in STACK
-        if (version := _installed(name)) is not None
+        if (version := installed.version(name)) is not None
     ]
-    return dump(VersionsObservations(python=sys.version.split()[0], packaging=packaging_version, packages=packages))
+    return dump(
+        VersionsObservations(
+            python=sys.version.split()[0],
+            packaging=packaging_version,
+            packages=packages,
+            unreadable=installed.unreadable,
+        )
+    )
 
 
 if __name__ == "__main__":

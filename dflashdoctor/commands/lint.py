@@ -42,12 +42,23 @@ def python_files(paths: list[Path]) -> Iterator[Path]:
         yield from map(Path, sources.python_files(os.fspath(path)))
 
 
+def _scannable(path: Path) -> None:
+    """A path given is a regular file or a folder (through a link), else bad input in one line. One
+    stat, every error of it said: Path.exists() raised what it does not take as "not there" (a name
+    too long, ENAMETOOLONG), which ended as an internal error."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise BadInput(f"no such file or folder: {path}") from None
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise BadInput(f"{path} is {kind_of(mode)}, not a file or folder of source")
+
+
 def lint(options: LintOptions, argv: list[str]) -> Report:
     for path in options.paths:
-        if not path.exists():
-            raise BadInput(f"no such file or folder: {path}")
-        if not (path.is_file() or path.is_dir()) or (path.is_file() and not stat.S_ISREG(path.stat().st_mode)):
-            raise BadInput(f"{path} is {kind_of(path.stat().st_mode)}, not a file or folder of source")
+        _scannable(path)
     started = time.monotonic()
     report = new_report("lint", argv)
     findings, scanned, unreadable = [], 0, []
@@ -65,8 +76,8 @@ def lint(options: LintOptions, argv: list[str]) -> Report:
         else:  # no rule can fire on it: read, not parsed
             continue
         try:
-            facts = read(str(path), data.decode("utf-8"))
-        except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+            facts = read(str(path), data)  # decoded as Python decodes it: BOM, coding cookie, else UTF-8
+        except (SyntaxError, ValueError, RecursionError):
             unreadable.append(str(path))
             continue
         findings += judge_file(facts)

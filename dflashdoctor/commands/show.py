@@ -15,6 +15,10 @@ from dflashdoctor.placed_files import PlacedFileError, read_placed
 from dflashdoctor.report import SCHEMA, Report
 
 _MOST_BYTES = 256 * 2**20  # a report is kilobytes; a run's with many processes, a few megabytes
+# Reports nest 11 deep (a finding's evidence in a section); every renderer walks a report recursively
+# (dataclasses.asdict, the encodable copy, json.dumps), several frames a level: 900 levels, which
+# json.loads reads, exhausted Python's 1000 frames (RecursionError: exit 3).
+_MOST_DEPTH = 100
 
 
 def load_report(path: Path) -> Report:
@@ -39,12 +43,25 @@ def load_report(path: Path) -> Report:
         raise BadInput(f"{path} is not a report dflashdoctor wrote: {type(exc).__name__}") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise BadInput(f"{path} is not a dflashdoctor report (its schema is not {SCHEMA})")
+    if _nesting(data) > _MOST_DEPTH:
+        raise BadInput(f"{path} nests deeper than {_MOST_DEPTH} levels: not a report dflashdoctor wrote")
     try:
         report = Report.from_dict(data)
         _fill_earlier_sections(report, data["results"])
         return report
-    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+    except (TypeError, KeyError, ValueError, AttributeError, OverflowError) as exc:  # OverflowError: 1e400
         raise BadInput(f"{path} is a damaged {SCHEMA} document: {type(exc).__name__}: {exc}") from None
+
+
+def _nesting(data: object) -> int:
+    """How deep lists and objects nest in a JSON document, walked without recursion."""
+    deepest, pending = 0, [(data, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, depth)
+            pending += [(item, depth + 1) for item in (value.values() if isinstance(value, dict) else value)]
+    return deepest
 
 
 def _fill_earlier_sections(report: Report, sections: list[dict[str, Any]]) -> None:
@@ -72,6 +89,7 @@ def show(path: Path, format_name: str, *, verbose: bool) -> str:
     """The report at `path` in `format_name` ("terminal" or one of render.FORMATS), ready to print. A
     document that loads but cannot be rendered (a field of the wrong type) is damaged: bad input."""
     from rich.console import Console
+    from rich.errors import NotRenderableError
 
     from dflashdoctor.render import FORMATS
     from dflashdoctor.render.terminal import render_terminal
@@ -88,5 +106,7 @@ def show(path: Path, format_name: str, *, verbose: bool) -> str:
         with console.capture() as captured:
             render_terminal(report, console, verbose=verbose)
         return captured.get()
-    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError, OverflowError, NotRenderableError) as exc:
+        # OverflowError: a number no renderer can format (a duration of 1e400, inf, or 10**400);
+        # NotRenderableError: rich given a table's title or column that is not text
         raise BadInput(f"{path} is a damaged {SCHEMA} document: {type(exc).__name__}: {exc}") from None

@@ -45,6 +45,12 @@ class VersionsJudge(Judge):
                 rows=[[p["name"], p["version"], _requires(p)] for p in packages],
             )
         )
+        unreadable = self.observations.unreadable
+        for name, why in unreadable.items():
+            self._unreadable(name, why)
+        if unreadable:
+            said = f"cannot be read for {', '.join(unreadable)}"
+            self._check("metadata", "warn", said, "package-metadata-unreadable")
         if self.observations.packaging is None:
             self._check("requirements", "skip", "not checked: the probed interpreter has no `packaging` to read them")
             return self.result()
@@ -52,12 +58,31 @@ class VersionsJudge(Judge):
         for package, requirement in unmet:
             self._unmet(package, requirement)
         count = sum(len(p["requires"]) for p in packages)
+        # packaging could not read these, or what they name has metadata that cannot be read
+        unchecked = sum(r["satisfied"] is None for p in packages for r in p["requires"])
         self.measurements["requirements_unmet"] = len(unmet)
+        left = f"; {unchecked} could not be checked" if unchecked else ""
         if unmet:
-            self._check("requirements", "warn", f"{len(unmet)} of {count} unmet", "requirement-unmet")
+            self._check("requirements", "warn", f"{len(unmet)} of {count} unmet{left}", "requirement-unmet")
+        elif unchecked:
+            self._check("requirements", "pass", f"{count - unchecked} of {count} requirements hold{left}")
         else:
             self._check("requirements", "pass", f"all {count} requirements of {len(packages)} packages hold")
         return self.result()
+
+    def _unreadable(self, name: str, why: str) -> None:
+        """A distribution whose metadata the probe could not read: pip reads the same file, so the
+        install is damaged, and whatever requires it was not checked against it."""
+        self.findings.append(
+            finding(
+                "package-metadata-unreadable",
+                f"{name}'s installed metadata cannot be read: {why}",
+                detail=f"Its version and requirements are unknown, and the requirements other packages have on "
+                f"{name} are listed unchecked. pip and importlib.metadata read the same file.",
+                evidence={"package": name, "error": why},
+                fix=f"pip install --force-reinstall --no-deps {name}",
+            )
+        )
 
     def _unmet(self, package: PackageRecord, requirement: RequirementRecord) -> None:
         wanted = requirement["requirement"].split(";")[0].strip()

@@ -25,6 +25,7 @@ import ast
 from dataclasses import dataclass, field
 
 from dflashdoctor.hooks.rebinding import dotted_name
+from dflashdoctor.lint.parsing import parse_source
 from dflashdoctor.lint.threads import ThreadedCall, threaded_calls
 from dflashdoctor.lint.varying import VaryingCall, varying_calls
 
@@ -350,20 +351,21 @@ class _Collector(ast.NodeVisitor):
         return self.facts
 
 
-def file_facts(path: str, source: str, *, follow: bool = True) -> FileFacts:
-    """The facts of one file, in one pass over its tree, and, with `follow`, where static wrappers
-    and threads need it, the walks that follow lengths and calls (`init` needs only the wrappers);
-    SyntaxError and ValueError (a NUL byte) propagate to the caller."""
+def file_facts(path: str, source: str | bytes, *, follow: bool = True) -> FileFacts:
+    """The facts of one file (bytes: as read, decoded as Python decodes it: lint/parsing.py), in one
+    pass over its tree, and, with `follow`, where static wrappers and threads need it, the walks that
+    follow lengths and calls (`init` needs only the wrappers); SyntaxError (whatever the parser
+    refuses), ValueError (a NUL byte, before Python 3.11.4) and RecursionError propagate to the caller."""
     collector = _Collector(path)
-    tree = ast.parse(source, filename=path)
+    tree = parse_source(path, source)
     collector.visit(tree)
     return collector.finish(tree if follow else None)
 
 
-def thread_facts(path: str, source: str) -> FileFacts:
+def thread_facts(path: str, source: str | bytes) -> FileFacts:
     """The facts of a file that never names flex_attention: only its threads can be at fault, so
     only they are looked for (lint-threaded-model-call), without the first pass."""
-    return FileFacts(path, threaded=threaded_calls(ast.parse(source, filename=path)))
+    return FileFacts(path, threaded=threaded_calls(parse_source(path, source)))
 
 
 def _constant_bool(call: ast.Call, keyword: str) -> bool | None:

@@ -91,7 +91,7 @@ def _torch_words(facts: SetupFacts, relative: str, data: bytes) -> None:
 
 
 def _wrappers(facts: SetupFacts, relative: str, data: bytes) -> None:
-    for call in file_facts(relative, data.decode("utf-8"), follow=False).compiles:
+    for call in file_facts(relative, data, follow=False).compiles:
         if not call.compiles_flex:
             continue
         for bound in call.reachable:
@@ -105,7 +105,7 @@ def python_setup(facts: SetupFacts, relative: str, data: bytes) -> None:
     is cheap to check, and parsing every file of a large tree is not); the wrappers, whose bound
     names matter, by `ast`, only in files where a compile( call's first word names flex, and last,
     so that a file that cannot be parsed still says its words (SyntaxError, ValueError and
-    UnicodeDecodeError propagate to the caller)."""
+    RecursionError propagate to the caller; bytes are decoded as Python decodes the file)."""
     compiles_flex = b"flex" in data and _flex_words(facts, relative, data)
     if b"torch" in data:
         _torch_words(facts, relative, data)

@@ -171,3 +171,64 @@ def test_a_key_with_a_newline_and_an_escape_sequence_stays_one_line(tmp_path):
     shown = _show(str(path), cwd=tmp_path)
     assert shown.returncode == 2 and shown.stderr.count("\n") == 1 and "\x1b" not in shown.stderr
     assert "unexpected keyword argument '\\n\\x1b[31m'" in shown.stderr
+
+
+_WITH_EVERYTHING = ROOT / "reports" / "examples" / "h200-run-grows-until-oom" / "report.json"  # tables, plots, bars
+_EVIDENCE = ("results", 1, "findings", 0, "evidence", "hostile")  # a key of a finding's evidence, 7 levels down
+# (where in the report, the bare JSON token written there, the exit code: 0 rendered, 2 refused, None either)
+HOSTILE = {
+    "evidence nested 900 deep": (_EVIDENCE, "[" * 900 + "]" * 900, 2),
+    "measurements nested 900 deep": (("results", 0, "measurements"), '{"a":' * 900 + "1" + "}" * 900, 2),
+    "a 400-digit integer in evidence": (_EVIDENCE, "9" * 400, 0),
+    "1e400 in evidence": (_EVIDENCE, "1e400", 0),
+    "NaN in evidence": (_EVIDENCE, "NaN", 0),
+    "-Infinity in measurements": (("results", 1, "measurements", "peak_bytes"), "-Infinity", 0),
+    "a 400-digit duration": (("results", 1, "duration_s"), "9" * 400, None),
+    "a line of 1e400": (("results", 1, "findings", 0, "where", "line"), "1e400", None),
+    "a line of NaN": (("results", 1, "findings", 0, "where", "line"), "NaN", None),
+    "a bar of 1e400": (("results", 1, "comparisons", 0, "bars", 0, "value"), "1e400", None),
+    "a table title of NaN": (("results", 1, "tables", 0, "title"), "NaN", None),
+    "a column of 10**400": (("results", 1, "tables", 0, "columns", 0), "1" + "0" * 400, None),
+}
+
+
+def _written(tmp_path: Path, place: tuple, token: str) -> Path:
+    """The committed report with `token` written, as a bare JSON token, at `place`."""
+    document = json.loads(_WITH_EVERYTHING.read_text(encoding="utf-8"))
+    holder = document
+    for key in place[:-1]:
+        holder = holder[key]
+    holder[place[-1]] = "@HOSTILE@"
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(document).replace('"@HOSTILE@"', token), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("format_name", ["terminal", *FILES.values()])
+@pytest.mark.parametrize(("place", "token", "code"), HOSTILE.values(), ids=HOSTILE)
+def test_a_hostile_number_or_nesting_renders_or_is_one_line_never_exit_3(
+    tmp_path, main_here, place, token, code, format_name
+):
+    """Nesting 900 deep, which json reads, ran out of Python's recursion in every format
+    (RecursionError); a duration of 10**400 in JUnit, a line of 1e400 in SARIF (OverflowError) and a
+    table title or column that is not text on the terminal (rich's NotRenderableError) were internal
+    errors, exit 3. A report nests 11 deep and holds finite numbers: such a document is one line of
+    bad input, exit 2; a number that only sits in evidence or measurements is rendered."""
+    shown = main_here("show", str(_written(tmp_path, place, token)), "--format", format_name)
+    assert shown.returncode in ((0, 2) if code is None else (code,)), shown.stderr[-2000:]
+    if shown.returncode == 2:
+        assert shown.stdout == "" and shown.stderr.count("\n") == 1 and shown.stderr.startswith("dflashdoctor: ")
+        assert "internal error" not in shown.stderr
+    else:
+        assert shown.stderr == "" and shown.stdout
+
+
+def test_nesting_past_the_bound_is_refused_and_up_to_it_rendered(tmp_path):
+    """In a real child process, where running out of stack would end the interpreter: the bound is
+    100 levels (a report nests 11); evidence at exactly 100 still renders, in every format."""
+    deepest = _written(tmp_path, _EVIDENCE, "[" * 94 + "]" * 94)
+    for format_name in ["terminal", *FILES.values()]:
+        assert _show(str(deepest), "--format", format_name, cwd=tmp_path).returncode == 0, format_name
+    refused = _show(str(_written(tmp_path, _EVIDENCE, "[" * 95 + "]" * 95)), cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "nests deeper than 100 levels: not a report dflashdoctor wrote" in refused.stderr

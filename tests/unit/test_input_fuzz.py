@@ -1,10 +1,13 @@
 """Property tests (Hypothesis, fixed seed) of what users type: the gate configuration parser and every
 command's numeric options. Any value, of any type (nan, infinity, negative, huge, text, lists), is
 either accepted inside its documented range or refused as bad input: never an exception of another
-kind, and never a check or a budget silently switched off."""
+kind, and never a check or a budget silently switched off. And the source files lint and init parse:
+any bytes under any coding cookie are read or refused as a syntax error."""
 
 from __future__ import annotations
 
+import contextlib
+import encodings.aliases
 import math
 import tempfile
 from pathlib import Path
@@ -19,6 +22,7 @@ from dflashdoctor.commands import check_compile, race, trace_attention
 from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.config import GateConfig, load_config
 from dflashdoctor.limits import MAX_STEPS, MAX_TRIALS, MAX_VARY
+from dflashdoctor.lint.facts import file_facts, thread_facts
 from dflashdoctor.shapes import MAX_SIZE
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -197,3 +201,27 @@ def test_seconds_options(zero_means):
         assert math.isfinite(value) and (value > 0 or (value == 0 and zero_means))
 
     seconds()
+
+
+# every codec name Python knows, and some it does not: what a coding cookie may name
+CODECS = sorted(set(encodings.aliases.aliases) | set(encodings.aliases.aliases.values()) | {"no-such", "mbcs"})
+
+
+def test_any_source_bytes_under_any_cookie_are_read_or_a_syntax_error():
+    """What lint and init catch for a file they cannot parse (SyntaxError; ValueError and
+    RecursionError as well) is all a file's bytes can raise: not a LookupError from a cookie naming
+    a codec that does not make text (`hex`), a UnicodeError from one that fails, or MemoryError."""
+
+    @FUZZ
+    @given(
+        st.sampled_from([None, *CODECS]),
+        st.booleans(),
+        st.binary(max_size=60) | st.sampled_from([b"x = 1\n", b"flex_attention(q, k, v)\n", b"\xff\xfe\x00"]),
+    )
+    def read(codec, mark, body):
+        data = (b"\xef\xbb\xbf" if mark else b"") + (f"# coding: {codec}\n".encode() if codec else b"") + body
+        for facts in (file_facts, thread_facts):
+            with contextlib.suppress(SyntaxError, ValueError, RecursionError):
+                facts("fuzzed.py", data)
+
+    read()

@@ -1,6 +1,7 @@
-"""versions' judge on recorded runs: this CPU's stack, and a virtual environment over it whose own
+"""versions' judge on recorded runs: this CPU's stack, a virtual environment over it whose own
 tokenizers (0.22.1, installed into it) and setuptools (the one venv seeds) are not the versions
-transformers and torch require."""
+transformers and torch require, and this stack under a made einops whose metadata is not UTF-8 and a
+made kernels whose requirements hold 5,000-digit versions."""
 
 from __future__ import annotations
 
@@ -8,13 +9,29 @@ import pytest
 
 from tests.unit.recorded import documented, found, judged, observations
 
-CASES = {"requirement-unmet": "cpu/versions-unmet"}
+CASES = {"requirement-unmet": "cpu/versions-unmet", "package-metadata-unreadable": "cpu/versions-unreadable"}
 
 
 @pytest.mark.parametrize("code", CASES)
 def test_each_finding_from_a_recorded_run(code):
     (finding, *_) = documented(judged(CASES[code]), code)
-    assert finding.fix.startswith("pip install '")
+    assert finding.fix.startswith("pip install ")
+
+
+def test_a_package_whose_metadata_cannot_be_read_is_named_and_what_needs_it_left_unchecked():
+    (result,) = judged("cpu/versions-unreadable")
+    assert [(f.code, f.title) for f in result.findings] == [
+        (
+            "package-metadata-unreadable",
+            "einops's installed metadata cannot be read: UnicodeDecodeError: 'utf-8' codec can't decode byte "
+            "0xe9 in position 62: invalid continuation byte",
+        )
+    ]
+    assert result.findings[0].fix == "pip install --force-reinstall --no-deps einops"
+    assert [(c.name, c.status, c.summary) for c in result.checks] == [
+        ("metadata", "warn", "cannot be read for einops"),
+        ("requirements", "pass", "18 of 21 requirements hold; 3 could not be checked"),
+    ]
 
 
 def test_each_unmet_requirement_is_named_with_what_is_installed():
