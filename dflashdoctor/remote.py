@@ -25,7 +25,8 @@ from typing import Any
 from dflashdoctor.errors import BadInput
 
 MARKER = "@@dflashdoctor-result@@"
-_SPEC = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d+))?$")
+# matched whole (fullmatch): `$` alone would also take a spec that ends in a newline ("host\n")
+_SPEC = re.compile(r"(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::(?P<port>[0-9]+))?")
 _TAIL_CHARS = 6000
 
 
@@ -37,7 +38,7 @@ class SshTarget:
 
     @classmethod
     def parse(cls, spec: str) -> SshTarget:
-        match = _SPEC.match(spec)
+        match = _SPEC.fullmatch(spec)
         if not match or spec.startswith("-"):
             raise BadInput(f"--ssh {spec!r}: expected [user@]host[:port]")
         port = int(match["port"]) if match["port"] else None

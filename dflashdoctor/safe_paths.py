@@ -22,6 +22,7 @@ from dflashdoctor.safe_fs import user_name
 
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
+_MAX_NAMES = 256  # names walked in one path, links' included: no report or source path nests deeper
 
 # A folder on the way, shown as a path, and what fstat says of it: a reason to stop there (a
 # predicate of the folder: "belongs to ..."), or None.
@@ -140,7 +141,11 @@ class _Walk:
         return True
 
     def down(self, pending: list[str], create: int | None) -> None:
+        walked = 0
         while pending:
+            walked += 1
+            if walked > _MAX_NAMES:  # before thousands of folders are made, one in the other
+                raise OSError(errno.ENAMETOOLONG, f"it nests too deep (more than {_MAX_NAMES} folders)")
             name = pending.pop()
             if not self.enter(name, create):
                 self.follow(name, pending)

@@ -149,18 +149,24 @@ def _absolute(path: Path) -> Path:
 
 
 def _file_reason(path: Path) -> str | None:
+    """Why the regular file at `path` may not be run. What is missing or not a regular file is not
+    judged here: it runs nothing, and the reader says what it is (placed_files, the probe)."""
     try:
         located = resolve_links(locate(os.path.join(os.getcwd(), path), check=folder_on_the_way), folder_on_the_way)
     except PathRefused as exc:
         return f"the way to it: {exc}"
+    except FileNotFoundError:
+        return None
     except (OSError, ValueError) as exc:
         return f"it cannot be reached ({getattr(exc, 'strerror', None) or exc})"
     try:
         info = os.stat(located.name, dir_fd=located.fd, follow_symlinks=False)
-    except OSError as exc:
-        return f"it cannot be read ({exc.strerror})"
+    except OSError:
+        return None
     finally:
         located.close()
+    if not stat.S_ISREG(info.st_mode):
+        return None
     writers = _others_write(info)
     problem = _owner_problem(info) or (
         f"can be written by {writers} (mode {stat.S_IMODE(info.st_mode):o})" if writers else None

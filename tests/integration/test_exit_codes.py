@@ -224,6 +224,8 @@ CASES = [
     Case("env-python-missing", ("env", "--python", "/no/such/python3"), BAD, child=True),
     Case("env-python-without-torch", ("env", "--python", "{w}/venv/bin/python"), BAD),
     Case("env-ssh-port", ("env", "--ssh", "host:99999"), BAD),
+    Case("env-ssh-trailing-newline", ("env", "--ssh", "host\n"), BAD),  # `$` matched before a final newline
+    Case("env-ssh-unicode-port", ("env", "--ssh", "host:\u0663"), BAD),
     Case(
         "env-url-credentials",
         ("env",),
