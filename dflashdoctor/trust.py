@@ -97,9 +97,15 @@ class Trust:
     vouched: tuple[Path, ...] = field(default_factory=tuple)
 
     def with_paths(self, paths: Sequence[str | os.PathLike[str]], base: Path) -> Trust:
-        """More vouched-for paths (relative ones from `base`)."""
-        added = tuple(_absolute(base / Path(path)) for path in paths)
-        return Trust(self.vouched + added)
+        """More vouched-for paths (relative ones from `base`), as given and with their links resolved,
+        so that a file named either way is found under one."""
+        added: list[Path] = []
+        for path in paths:
+            given = _absolute(base / Path(path))
+            added.append(given)
+            with contextlib.suppress(OSError, RuntimeError):
+                added.append(given.resolve())
+        return Trust(self.vouched + tuple(added))
 
     def vouches_for(self, path: Path) -> bool:
         candidates = {_absolute(path)}
@@ -148,13 +154,21 @@ def _absolute(path: Path) -> Path:
     return Path(os.path.normpath(os.path.join(os.getcwd(), path)))
 
 
+def _said(refused: PathRefused, full: str) -> str:
+    """What was found on the way, said of the path itself where it is the one refused."""
+    if os.path.normpath(refused.path) == os.path.normpath(full):
+        return f"it {refused.reason}"
+    return f"{refused.path}, on the way to it, {refused.reason}"
+
+
 def _file_reason(path: Path) -> str | None:
     """Why the regular file at `path` may not be run. What is missing or not a regular file is not
     judged here: it runs nothing, and the reader says what it is (placed_files, the probe)."""
+    full = os.path.join(os.getcwd(), path)
     try:
-        located = resolve_links(locate(os.path.join(os.getcwd(), path), check=folder_on_the_way), folder_on_the_way)
+        located = resolve_links(locate(full, check=folder_on_the_way), folder_on_the_way)
     except PathRefused as exc:
-        return f"the way to it: {exc}"
+        return _said(exc, full)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
@@ -175,10 +189,11 @@ def _file_reason(path: Path) -> str | None:
 
 
 def _folder_reason(folder: Path) -> str | None:
+    full = os.path.join(os.getcwd(), folder)
     try:
-        fd = open_folder(os.path.join(os.getcwd(), folder), check=folder_on_the_way)
+        fd = open_folder(full, check=folder_on_the_way)
     except PathRefused as exc:
-        return f"the way to it: {exc}"
+        return _said(exc, full)
     except OSError as exc:
         return f"it cannot be reached ({exc.strerror or exc})"
     try:
