@@ -224,9 +224,10 @@ def _to_stream(found: Destination, data: bytes) -> None:
     try:
         fd = os.open(found.located.name, flags, dir_fd=found.located.fd)
     except OSError as exc:
-        if exc.errno == errno.ENXIO:
+        fifo = stat.S_ISFIFO(os.stat(found.located.name, dir_fd=found.located.fd, follow_symlinks=False).st_mode)
+        if exc.errno == errno.ENXIO and fifo:
             raise OutputRefused(f"{found.path} is a FIFO nobody reads: not written") from None
-        raise
+        raise OutputRefused(f"cannot open {found.path}: {exc.strerror}") from None
     try:
         info = os.fstat(fd)
         if not (stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
