@@ -53,6 +53,20 @@ def key_for(seed: str) -> tuple[str, str]:
     return digest, base64.b32encode(bytes.fromhex(digest)).decode().rstrip("=")
 
 
+def inductor_key(seed: str) -> str:
+    """A key as Inductor makes one for generated code (torch/_inductor/cache_key.py, CODE strategy):
+    `c` and the first 51 characters of the sha256's base32, lowercase."""
+    return "c" + base64.b32encode(hashlib.sha256(seed.encode()).digest()).decode()[:51].lower()
+
+
+def generated_path(root: Path, seed: str, extension: str) -> Path:
+    """Where Inductor writes a generated file (codecache.get_path): `<root>/<key[1:3]>/<key>.<ext>`;
+    its shard folder made."""
+    key = inductor_key(seed)
+    (root / key[1:3]).mkdir(parents=True, exist_ok=True)
+    return root / key[1:3] / f"{key}.{extension}"
+
+
 def write_kernel(root: Path, seed: str, name: str = "add_kernel", version: str = INSTALLED) -> Path:
     digest, key = key_for(seed)
     folder = root / key

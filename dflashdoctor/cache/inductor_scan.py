@@ -1,27 +1,27 @@
-"""Checks an Inductor cache root against how torch writes it.
+"""Checks an Inductor cache root against how torch writes it (cache/layout.py says where from).
 
 Layout: `fxgraph/<shard>/<key>/<entry>` and `aotautograd/<key>/<entry>` (pickled: checked for
 presence and size, never unpickled); two-character shard folders of generated code (`.py`, which must
-`compile()`; `.cpp`/`.h` text; `.so` ELF; `.best_config` and `.json` JSON); `cache/` the JSON timing
-cache; `*.lock` in `locks/` folders (filelock leaves them, empty, by design: not reported); `triton/<device>/` (Triton
-roots, scanned as such). torch writes through `.<pid>.<thread>.tmp` then rename, so a leftover one
-is an interrupted write.
+`compile()`; `.cpp`/`.h` text; `.so` ELF; `.best_config` and `.json` JSON); `*.lock` in `locks/`
+folders (filelock leaves them, empty, by design: not reported); `triton/<device>/` (Triton roots,
+scanned as such). torch writes through `.<pid>.<thread>.tmp` then rename, so a leftover one is an
+interrupted write. In a cache root, what the scan finds outside that layout is no cache entry: it is
+named in the notes and `fix` leaves it.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 import time
 from pathlib import Path
 
 from dflashdoctor.cache.files import by_suffix
+from dflashdoctor.cache.layout import INDUCTOR_TMP, is_cache_entry, not_a_cache
 from dflashdoctor.cache.model import Problem, ProblemKind, RootScan, read_failure
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.processes import pid_alive
 
-TMP_FILE = re.compile(r"^\.(\d+)\.(\d+)\.tmp$")
 _ENTRY_TREES = ("fxgraph", "aotautograd")  # one folder per cache entry, files inside pickled
 _SKIPPED = ("locks", "triton")  # lock files by design; Triton roots checked on their own
 
@@ -121,7 +121,7 @@ class _InductorScan:
         return size
 
     def _tmp(self, path: str) -> bool:
-        match = TMP_FILE.match(os.path.basename(path))
+        match = INDUCTOR_TMP.fullmatch(os.path.basename(path))
         if not match:
             return False
         pid = int(match[1])
@@ -136,5 +136,25 @@ class _InductorScan:
         self.scan.problems.append(Problem(kind, path, reason, files))
 
 
+def _outside_the_layout_to_notes(scan: RootScan) -> None:
+    """In a cache root, a problem found outside the layout torch writes (a file of another name in a
+    shard, a folder under `dynamo/`) is no broken cache entry: it becomes a note, and `fix` leaves it.
+    A folder that cannot be read stays reported whatever its name: nobody can see what is in it, and
+    nothing moves it."""
+    kept = []
+    for problem in scan.problems:
+        parts = tuple(os.path.relpath(problem.entry, scan.path).split(os.sep))
+        if problem.kind == "unreadable" or is_cache_entry("inductor", parts):
+            kept.append(problem)
+        else:
+            scan.notes.append(f"{problem.entry}: not a cache entry torch writes, left alone ({problem.reason})")
+    scan.problems = kept
+
+
 def scan_inductor(root: Path, source: str) -> RootScan:
-    return _InductorScan(root, source).run()
+    """A folder that is no cache root at all (a project named by mistake) keeps everything found as
+    found: `check` says what it sees there, and `fix` refuses the folder whole."""
+    scan = _InductorScan(root, source).run()
+    if not_a_cache(root) is None:
+        _outside_the_layout_to_notes(scan)
+    return scan

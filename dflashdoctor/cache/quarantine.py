@@ -12,7 +12,9 @@ default Inductor cache is in the temp folder). Its folders and manifests must be
 runs the command (or root) and be writable by nobody else; new ones are made private (0700). Every
 path in a manifest must be a chain of plain names below the root (`original`) or below the
 quarantine (`stored`), walked without following links; a manifest with any entry that fails this
-is refused whole, and nothing of it moves.
+is refused whole, and nothing of it moves. And a fix moves only what has the shape of a cache entry
+(cache/layout.py), whether a scan or a manifest it finishes names it: a user's file in a root set by
+mistake is never one.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 from dflashdoctor.cache import manifest as manifests
 from dflashdoctor.cache.inventory import inventory
+from dflashdoctor.cache.layout import is_cache_entry
 from dflashdoctor.cache.lock import root_lock
 from dflashdoctor.cache.manifest import ENTRIES, MANIFEST, Manifest, ManifestEntry, ManifestError, shown
 from dflashdoctor.cache.model import Problem
@@ -300,8 +303,10 @@ class QuarantineHome:
         """Finishes the quarantines a killed fix left half-done: some entry still at its original place."""
         runs = []
         for loaded in self._loaded_quarantines(self.names(), refusals):
-            if not loaded.restored and any(self._pending(loaded.fd, e) for e in loaded.manifest.entries):
-                runs.append(self._move_in(loaded.fd, loaded.name, loaded.manifest.entries))
+            kind = loaded.manifest.kind
+            entries = [e for e in loaded.manifest.entries if is_cache_entry(kind, e.below_root)]
+            if not loaded.restored and any(self._pending(loaded.fd, e) for e in entries):
+                runs.append(self._move_in(loaded.fd, loaded.name, entries))
         return runs
 
     def _pending(self, folder_fd: int, entry: ManifestEntry) -> bool:
@@ -316,13 +321,15 @@ class QuarantineHome:
             return False
 
     def quarantine(self, kind: str, problems: list[Problem]) -> QuarantineRun | None:
-        """Moves each fixable problem's entry, whole, into a new quarantine folder."""
-        chosen = _outermost([p for p in problems if p.kind in FIXABLE])
+        """Moves each fixable problem's entry, whole, into a new quarantine folder: only entries of the
+        layout `kind` writes."""
+        below = {p.entry: Path(p.entry).relative_to(self.root).parts for p in problems if p.kind in FIXABLE}
+        chosen = _outermost([p for p in problems if p.entry in below and is_cache_entry(kind, below[p.entry])])
         if not chosen:
             return None
         entries, unreadable = [], []
         for problem in chosen:
-            below_root = Path(problem.entry).relative_to(self.root).parts
+            below_root = below[problem.entry]
             try:
                 with _parent(self.root_fd, below_root) as parent:
                     files = inventory(parent, below_root[-1]) if parent is not None else None

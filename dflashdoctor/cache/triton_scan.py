@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from dflashdoctor.cache.files import by_suffix, load_json
+from dflashdoctor.cache.layout import TRITON_KEY, TRITON_TMP
 from dflashdoctor.cache.model import Problem, RootScan, read_failure
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.processes import pid_alive
 
-KEY_FOLDER = re.compile(r"^[A-Z2-7]{52}$")
-TMP_FOLDER = re.compile(r"^tmp\.pid_(\d+)_")
 GROUP_PREFIX = "__grp__"
 AUTOTUNE_SUFFIX = ".autotune.json"
 # Tagged for the interpreter (triton 3.3 on), or, before, the driver's known module names untagged.
@@ -111,7 +110,7 @@ class _KeyFolder:
                 self.bad(entry.name, f"symlink to {target}, which is {_link_target_kind(target)}")
                 return
         if entry.is_dir():
-            tmp = TMP_FOLDER.match(entry.name)
+            tmp = TRITON_TMP.fullmatch(entry.name)
             if tmp:
                 self._tmp(Path(entry.path), int(tmp[1]))
             return
@@ -204,7 +203,7 @@ def scan_triton(root: Path, source: str, installed: str | None) -> RootScan:
     started = time.perf_counter()
     with os.scandir(root) as entries:
         for entry in entries:
-            if entry.is_dir(follow_symlinks=False) and KEY_FOLDER.match(entry.name):
+            if entry.is_dir(follow_symlinks=False) and TRITON_KEY.fullmatch(entry.name):
                 scan.entries += 1
                 try:
                     _KeyFolder(entry.path, scan, installed).check()

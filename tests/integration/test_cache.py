@@ -546,14 +546,13 @@ def test_crafted_cache_files_are_broken_entries_not_a_crash(tmp_path):
     5000-deep parenthesis and a temporary name with a 21-digit pid: each once ended `cache check`
     with exit 3; each is a broken (or left-over) entry."""
     key = tmp_path / "triton" / ("A" * 52)
-    shard = tmp_path / "inductor" / "ab"
     key.mkdir(parents=True)
-    shard.mkdir(parents=True)
     (key / "__grp__kern.json").write_text('{"child_paths": ' + "9" * 5000 + "}")
     (key / "kern.json").write_text("[" * 100_000 + "]" * 100_000)
-    (shard / "cabc.py").write_text("x = " + "+".join(["1"] * 200_000) + "\n")
-    (shard / "cdeep.py").write_text("x = " + "(" * 5000 + ")" * 5000 + "\n")
-    (shard / ".123456789012345678901.1.tmp").write_text("x")
+    long_sum = cache_tree.generated_path(tmp_path / "inductor", "sum", "py")
+    long_sum.write_text("x = " + "+".join(["1"] * 200_000) + "\n")
+    cache_tree.generated_path(tmp_path / "inductor", "deep", "py").write_text("x = " + "(" * 5000 + ")" * 5000 + "\n")
+    (long_sum.parent / ".123456789012345678901.1.tmp").write_text("x")
     done = subprocess.run(
         [
             sys.executable,
@@ -579,12 +578,10 @@ def test_crafted_cache_files_are_broken_entries_not_a_crash(tmp_path):
 def test_the_inductor_scan_never_reads_through_a_link_or_a_fifo(tmp_path):
     """A link in a shard to a root-only file, and a FIFO named like generated code: the scan reads
     neither (before, it compiled the link's target and would block on the FIFO's open)."""
-    shard = tmp_path / "inductor" / "ab"
-    shard.mkdir(parents=True)
     secret = tmp_path / "secret.txt"
     secret.write_text("not python: root's own\n")
-    (shard / "clink.py").symlink_to(secret)
-    os.mkfifo(shard / "cfifo.py")
+    cache_tree.generated_path(tmp_path / "inductor", "link", "py").symlink_to(secret)
+    os.mkfifo(cache_tree.generated_path(tmp_path / "inductor", "fifo", "py"))
     (tmp_path / "triton").mkdir()
     roots = ["--inductor-dir", str(tmp_path / "inductor"), "--triton-dir", str(tmp_path / "triton")]
     done = run_main_here(tmp_path, ["cache", "check", "--json", *roots])

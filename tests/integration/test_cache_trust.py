@@ -144,18 +144,17 @@ def test_a_quarantine_folder_that_is_a_link_is_refused(tmp_path, shared):
 def test_fix_refuses_a_default_root_another_user_linked_elsewhere(tmp_path, shared):
     """nobody links the default Inductor root's name in the temp folder to a folder of root's: the
     scan reads through it (reading is harmless), but fix moves nothing out of it."""
-    private = tmp_path / "root-only" / "ab"
-    private.mkdir(parents=True)
-    (private / "settings.json").write_text("{not json")  # what an Inductor scan calls a broken entry
-    as_nobody(f"ln -s {private.parent} {shared}/torchinductor_root")
+    private = cache_tree.generated_path(tmp_path / "root-only", "planted", "json")
+    private.write_text("{not json")  # what an Inductor scan calls a broken entry
+    as_nobody(f"ln -s {private.parent.parent} {shared}/torchinductor_root")
     run = run_cli(tmp_path, "cache", "fix", env=_default_roots_in(tmp_path, shared))
     assert run.code == 1, run.stdout + run.stderr
     (refused,) = run.findings("cache-quarantine-refused")
     assert refused["where"]["file"] == str(shared / "torchinductor_root")
     assert "a link made by nobody (uid 65534) in a world-writable folder" in refused["title"]
-    planted = shared / "torchinductor_root" / "ab" / "settings.json"
+    planted = shared / "torchinductor_root" / private.parent.name / private.name
     assert [f["where"]["file"] for f in run.findings("cache-corrupt-entry")] == [str(planted)]
-    assert (private / "settings.json").read_text() == "{not json"
+    assert private.read_text() == "{not json"
     assert not quarantine.home_of(shared / "torchinductor_root").exists()
 
 
@@ -337,13 +336,15 @@ def test_fix_refuses_a_root_a_teammate_swapped_for_a_link(tmp_path, shared):
 def test_fix_refuses_a_root_a_teammate_replaced_with_a_folder_of_theirs(tmp_path, shared):
     team = _team_folder(shared)
     root = team / "inductor"
-    (root / "ab").mkdir(parents=True)
-    as_nobody(f"mv {root} {team}/old; mkdir -p {root}/ab; printf '{{not json' > {root}/ab/settings.json")
+    key = cache_tree.inductor_key("planted")
+    shard, planted = key[1:3], f"{key[1:3]}/{key}.json"  # a generated file's place: a broken entry
+    (root / shard).mkdir(parents=True)
+    as_nobody(f"mv {root} {team}/old; mkdir -p {root}/{shard}; printf '{{not json' > {root}/{planted}")
     run = run_cli(tmp_path, "cache", "fix", "--inductor-dir", str(root))
     assert run.code == 1, run.stdout + run.stderr
     (refused,) = run.findings("cache-quarantine-refused")
     assert "owned by nobody (uid 65534)" in refused["title"]
-    assert (root / "ab" / "settings.json").read_text() == "{not json"
+    assert (root / planted).read_text() == "{not json"
 
 
 def test_a_link_root_in_a_folder_only_its_owner_writes_is_still_followed(tmp_path):

@@ -36,9 +36,10 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
-names = st.sampled_from(["a", "b", "entries", "x.cubin", manifest.MANIFEST, "lock", "lat\udce9n", "K"])
+KEY = cache_tree.key_for("fuzz")[1]  # a Triton key folder's name: what a fix may move (cache/layout.py)
+names = st.sampled_from(["a", "b", "entries", "x.cubin", manifest.MANIFEST, "lock", "lat\udce9n", "K", KEY])
 hostile_names = names | st.sampled_from(["..", ".", "", "a/b", "nul\0"])
-tree_names = st.sampled_from(["a", "secret", "lat\udce9n"])  # few, so that trees, links and manifests meet
+tree_names = st.sampled_from(["a", "secret", "lat\udce9n", KEY])  # few, so that trees, links and manifests meet
 
 
 @st.composite
@@ -201,9 +202,12 @@ def test_fix_and_restore_never_move_a_file_outside_the_root_and_its_quarantine()
         items=st.lists(tree_items, max_size=10),
         kernels=st.integers(0, 3),
         broken=st.sets(st.integers(0, 2), max_size=3),
+        cache_top=st.booleans(),
         action=st.sampled_from(["restore", "fix", "restore-named"]),
     )
-    def run_hostile(manifest_entries_list, sound, detours, honest, right_root, items, kernels, broken, action):
+    def run_hostile(
+        manifest_entries_list, sound, detours, honest, right_root, items, kernels, broken, cache_top, action
+    ):
         with tempfile.TemporaryDirectory() as top:
             sandbox = Path(top, "up", "sandbox")  # links reach `up` and `top` too: escapes there are seen
             root, outside = sandbox / "root", sandbox / "outside"
@@ -215,7 +219,10 @@ def test_fix_and_restore_never_move_a_file_outside_the_root_and_its_quarantine()
             folders = [cache_tree.write_kernel(root, f"k{i}") for i in range(kernels)]
             for i in broken & set(range(kernels)):
                 cache_tree.truncate_binary(folders[i])
-            areas = {"root": root, "stored": folder / manifest.ENTRIES, "outside": outside}
+            # a root whose top holds other names than a cache's is refused by fix: so half the trees go
+            # into a key folder, where fix may move them
+            planted_root = root / KEY if cache_top else root
+            areas = {"root": planted_root, "stored": folder / manifest.ENTRIES, "outside": outside}
             # links on the way of the sound entries below: a move that followed one would leave the tree
             _plant(sandbox, areas, [(area, [name], f"link:{target}") for area, name, target in detours])
             # entries a fix could have written: their stored file exists (and may yet be refused)
@@ -229,6 +236,7 @@ def test_fix_and_restore_never_move_a_file_outside_the_root_and_its_quarantine()
             data = {
                 "schema": manifest.SCHEMA,
                 "root": str(root if right_root else outside),
+                "kind": "triton",
                 "entries": _materialised(entries + manifest_entries_list, root, folder, outside),
             }
             (folder / manifest.MANIFEST).write_text(json.dumps(data))
