@@ -1,25 +1,34 @@
 """What a finished child of the doctor left running, found and stopped: a `run` command's daemons,
 a probe's workers, a target's `setsid` grandchild.
 
-A process group alone misses every descendant that made its own session (setsid, a daemon) or was
-started by one that did. So every child the doctor starts carries a marker in its environment
-(`NAME=value`, unique to that child), which every program it execs inherits; once the child has
-exited, the processes whose environment holds the marker are its descendants, wherever they went.
-Only this user's processes count: another local user who copies a marker into a process of theirs
-gains nothing (the doctor would stop nothing of theirs, and their process never reads as ours).
+Found by what the kernel records, which no process can fake for itself (a `Lineage`): the child's
+process group and session (neither can be joined from outside: setsid makes a new one, setpgid moves
+within its session only, and a pid in use as either is never given to another process), the process
+tree below the child's launcher, a subreaper (`run`: runs/launcher.py, so a daemon's orphans stay
+below it), and the cgroup where it is the run's own (cgroup.py). Such a process is the child's
+descendant whatever user it runs as: named, and stopped where the doctor may (root may).
 
-Linux only (`/proc`); elsewhere nothing is found. A descendant that forked without exec from a
-process whose marker was set after it started (a probe forked from the gate's probe host) keeps
-that process's original environment and is found only while it stays in the group.
+Also by a marker: every child the doctor starts carries one in its environment (`NAME=value`,
+unique to it), which every program it execs inherits. That finds a daemon of a probe whose group and
+session it left (a probe has no launcher). Only this user's processes count there: another local
+user who copies a marker into a process of theirs gains nothing (the doctor would stop nothing of
+theirs, and their process never reads as ours). A descendant that forked without exec from a
+process whose marker was set after it started (a probe forked from the gate's probe host) keeps that
+process's original environment, and is found only while it stays in the group or the session.
+
+Linux only (`/proc`); elsewhere nothing is found.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
+from dflashdoctor import cgroup
+from dflashdoctor.processes import Entry, descendants, process_table, stat_fields
 from dflashdoctor.records import LeftRunningRecord
 from dflashdoctor.redaction import redact_argv
 
@@ -30,48 +39,43 @@ _GRACE_S = 10.0  # between SIGTERM and SIGKILL
 _COMPILE_WORKER = "torch/_inductor/compile_worker/__main__.py"
 
 
-def _proc_entries() -> list[int]:
-    if not os.path.isdir("/proc"):
-        return []
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+@dataclass(frozen=True)
+class Lineage:
+    """What marks a child's descendants. A group or session of 0 or 1 (the kernel's, init's: a pid
+    not yet known) is no child's, and a `root` of 0 none."""
+
+    marker: str  # "NAME=value", in the environment the child started with
+    group: int  # its own process group
+    session: int = 0  # the session it (or its launcher) made
+    root: int = 0  # its launcher, a child subreaper: every descendant stays below it
+    cgroup: Path | None = None  # the run's own cgroup (cgroup.private_to)
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
-    """/proc/PID/stat after the command name (which may hold spaces and parentheses)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+def _proven(lineage: Lineage, table: dict[int, Entry]) -> set[int]:
+    """The live processes the kernel records as the child's descendants, of any user."""
+    ids = {lineage.group, lineage.session} - {0, 1}
+    found = {entry.pid for entry in table.values() if entry.running and (entry.group in ids or entry.session in ids)}
+    below = descendants(lineage.root, table) if lineage.root > 1 else set()
+    found |= below
+    if lineage.cgroup is not None:  # less what this doctor started beside the launcher
+        beside = descendants(os.getpid(), table) - below
+        found |= {pid for pid in cgroup.members(lineage.cgroup) if pid in table and table[pid].running} - beside
+    return found
 
 
-def _group_members(group: int) -> set[int]:
-    """The live members of a child's own process group. Group 0 is the kernel's and 1 init's: a
-    caller passing either (a pid not yet known) must not have them stopped."""
-    if group <= 1:
-        return set()
-    members = set()
-    for pid in _proc_entries():
-        fields = _stat_fields(pid)
-        if fields is not None and fields[0] != b"Z" and int(fields[2]) == group:
-            members.add(pid)
-    return members
-
-
-def _marked(marker: bytes) -> set[int]:
+def _marked(marker: bytes, table: dict[int, Entry]) -> set[int]:
     """This user's live processes whose environment, as it was when they started, holds `marker`."""
     uid = os.geteuid()
     found = set()
-    for pid in _proc_entries():
+    for pid, entry in table.items():
         try:
-            if os.stat(f"/proc/{pid}").st_uid != uid:
+            if not entry.running or os.stat(f"/proc/{pid}").st_uid != uid:
                 continue
             with open(f"/proc/{pid}/environ", "rb") as handle:
                 environ = handle.read(1 << 20)
         except OSError:
             continue
-        fields = _stat_fields(pid)
-        if marker in environ.split(b"\0") and fields is not None and fields[0] != b"Z":
+        if marker in environ.split(b"\0"):
             found.add(pid)
     return found
 
@@ -80,7 +84,7 @@ def running(pid: int) -> bool:
     """It exists and has not exited. A zombie has: it holds nothing but its pid until its parent
     reaps it, and the parent of an orphan is init, which in a container may reap late (1.6 s on a
     Firecracker VM of this workplace, whose init reaps in rounds) or never (a shell as PID 1)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields is not None and fields[0] != b"Z"
 
 
@@ -112,18 +116,20 @@ def follows_its_parent(pid: int) -> bool:
     )
 
 
-def still_running(group: int, marker: str) -> set[int]:
-    """The members of `group` and the processes carrying `marker`, this doctor excepted."""
-    left = _group_members(group) | _marked(marker.encode())
-    left.discard(os.getpid())
-    return left
+def still_running(lineage: Lineage) -> set[int]:
+    """The child's descendants still running, by what the kernel records and by the marker, this
+    doctor and the launcher excepted."""
+    table = process_table()
+    left = _proven(lineage, table) | _marked(lineage.marker.encode(), table)
+    return left - {os.getpid(), lineage.root}
 
 
-def stop_leftovers(group: int, marker: str, settle_s: float = _SETTLE_S) -> list[LeftRunningRecord]:
+def stop_leftovers(lineage: Lineage, settle_s: float = _SETTLE_S) -> list[LeftRunningRecord]:
     """What of an exited child still runs: given `settle_s` to end on its own, then named and
-    stopped (SIGTERM, SIGKILL after a grace period)."""
+    stopped (SIGTERM, SIGKILL after a grace period). One the doctor may not signal (another user's,
+    the doctor not root) is named and not waited for."""
     deadline = time.monotonic() + settle_s
-    while (left := still_running(group, marker)) and time.monotonic() < deadline:
+    while (left := still_running(lineage)) and time.monotonic() < deadline:
         if all(follows_its_parent(pid) for pid in left):
             break  # only torch's compile workers, which are going anyway: stopped now, unnamed
         time.sleep(_POLL_S)
@@ -131,9 +137,13 @@ def stop_leftovers(group: int, marker: str, settle_s: float = _SETTLE_S) -> list
         {"pid": pid, "command": command_of(pid)} for pid in sorted(left) if not follows_its_parent(pid)
     ]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in left:
-            with contextlib.suppress(OSError):
+        for pid in list(left):
+            try:
                 os.kill(pid, sig)
+            except PermissionError:
+                left.discard(pid)
+            except OSError:
+                continue
         end = time.monotonic() + _GRACE_S
         while time.monotonic() < end and any(running(pid) for pid in left):
             time.sleep(_GRACE_POLL_S)

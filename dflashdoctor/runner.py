@@ -4,8 +4,8 @@ The child is the probed interpreter (this one, or `--python PATH`). It gets dfla
 folder on PYTHONPATH, so another environment needs only torch, not dflashdoctor installed. The
 child runs in its own process group: on timeout we ask it for every thread's stack (SIGUSR1, see
 probe_support), then kill the group. Whichever way it ends, what it started and left running (in
-its group, or carrying its marker after leaving it: leftovers.py) is named and stopped, so nothing
-it started outlives it.
+its group or session, or carrying its marker after leaving both: leftovers.py) is named and stopped,
+so nothing it started outlives it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import IO, Any
 from dflashdoctor.bytecode import GIVEN_VARIABLE, PROBE_PACKAGES, private_pycache
 from dflashdoctor.forkserver.client import HostedChild, current_host
 from dflashdoctor.forkserver.server import READ_WHEN_USED
-from dflashdoctor.leftovers import stop_leftovers
+from dflashdoctor.leftovers import Lineage, stop_leftovers
 from dflashdoctor.probe_support import PARENT_VARIABLE
 from dflashdoctor.processes import kill_with_group, output_tail
 from dflashdoctor.records import LeftRunningRecord
@@ -188,11 +188,11 @@ def run_probe(
                 _stop(child)
             except BaseException:  # the doctor interrupted (Ctrl-C, SIGTERM): its probe goes with it
                 kill_with_group(child.pid)
-                stop_leftovers(child.pid, marker, settle_s=0)
+                stop_leftovers(Lineage(marker, group=child.pid, session=child.pid), settle_s=0)
                 raise
             finally:
                 RUNNING.discard(child.pid)
-            left_running = stop_leftovers(child.pid, marker)
+            left_running = stop_leftovers(Lineage(marker, group=child.pid, session=child.pid))
         run = ProbeRun(
             probe=probe,
             duration_s=round(time.monotonic() - started, 3),

@@ -7,7 +7,6 @@ rank 0 waits for the others and merges the parts into one report there (commands
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -27,7 +26,7 @@ from dflashdoctor.runs import launch
 from dflashdoctor.runs.events import LogReader
 from dflashdoctor.runs.observations import RunObservations
 from dflashdoctor.runs.parts import NodePart, node_part, wait_for_parts, write_part
-from dflashdoctor.runs.watch import watch
+from dflashdoctor.runs.watch import Interrupts, watch
 from dflashdoctor.safe_text import encodable_report
 from dflashdoctor.session import finish, new_report
 
@@ -46,6 +45,8 @@ class RunOptions:
     part: NodePart | None = None  # one node's part of a run on several (report_dir is then its folder)
     merge_wait_s: float = 600.0  # the node of rank 0: how long to wait for the other nodes' parts
     deadline_s: float | None = None  # stopped after this long whatever its progress (the gate's run_timeout)
+    temporary: bool = False  # the gate's: report_dir is removed once judged (by the launcher if the doctor dies)
+    passes_interrupt: bool = False  # the gate's: SIGTERM or Ctrl-C stops the doctor (143, 130), no report
 
 
 def report_folder(
@@ -92,17 +93,26 @@ def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) ->
     report.environment["target"] = " ".join(redact_argv(options.command))
     settings = RunSettings(steps=options.steps, memory_snapshot=options.memory_snapshot, strict=options.strict)
     reader = LogReader(events)
-    bootstrap = launch.bootstrap_folder()
-    try:
+    # A SIGTERM from here until the watch ends stops the command and is reported (the watch gives the
+    # doctor its own handlers back); the launcher removes the temporary folders as its block ends, or
+    # once the doctor is gone.
+    with Interrupts() as interrupts:
+        bootstrap = launch.bootstrap_folder()
+        temporary = [bootstrap, *([options.report_dir] if options.temporary else [])]
         environment = launch.child_environment(bootstrap, events, settings)
-        child = launch.start(command, environment, stdout_to_stderr=options.stdout_to_stderr)
-        outcome = watch(child, reader, options.hang_timeout_s, options.deadline_s)
-    finally:
-        shutil.rmtree(bootstrap, ignore_errors=True)
-    processes = reader.update(final=True)  # the lines written since the watch last read
-    observations = RunObservations(command=redact_argv(options.command), outcome=outcome, processes=processes)
-    report.observations["run"] = observations.to_dict()
-    report.results.extend(judge(observations, budgets or Budgets()))
+        with launch.start(command, environment, temporary, stdout_to_stderr=options.stdout_to_stderr) as child:
+            outcome = watch(
+                child,
+                reader,
+                interrupts,
+                options.hang_timeout_s,
+                options.deadline_s,
+                passes_interrupt=options.passes_interrupt,
+            )
+            processes = reader.update(final=True)  # the lines written since the watch last read
+            observations = RunObservations(command=redact_argv(options.command), outcome=outcome, processes=processes)
+            report.observations["run"] = observations.to_dict()
+            report.results.extend(judge(observations, budgets or Budgets()))
     instrumented = next((log.instrumented for log in observations.processes if log.instrumented), None)
     if instrumented:
         report.environment["torch"] = instrumented.get("torch")

@@ -10,8 +10,10 @@ never consults it.
 It runs after the probes, not beside them. Beside them the gate would end sooner (measured on the
 2-core CPU: docs/commands/gate.md), but the probes' figures would be taken with a trainer competing
 for the same CPUs and GPU, and those figures are judged (check-compile's compile seconds against
-`max_compile_seconds`). Its events go to a private temporary folder, removed after judging; what
-the report needs is in the report.
+`max_compile_seconds`). Its events go to a private temporary folder, removed after judging (by
+`run`'s launcher, also when the doctor is killed with SIGKILL); what the report needs is in the
+report. A gate stopped mid-run (SIGTERM, Ctrl-C) stops the trainer and exits as it does during its
+probes (143, 130), with no report.
 
 Each node runs the smoke on its own, in the single-node form of the command (torchrun's options
 that join nodes dropped, `--standalone` added): gating one node must not wait for the others. On
@@ -80,9 +82,11 @@ def run_section(command: list[str], steps: int, timeout_s: float, budgets: Budge
             deadline_s=timeout_s,
             steps=steps,
             stdout_to_stderr=True,
+            temporary=True,
+            passes_interrupt=True,
         )
         return run(options, argv, budgets)
-    finally:
+    finally:  # bad input before the command started leaves it to this
         shutil.rmtree(folder, ignore_errors=True)
 
 

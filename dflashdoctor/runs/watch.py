@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dflashdoctor.agent.config import EVENTS_DIR
 from dflashdoctor.leftovers import stop_leftovers
 from dflashdoctor.processes import pid_alive
 from dflashdoctor.records import HangRecord, LeftRunningRecord
 from dflashdoctor.runs.events import LogReader, last_activity
+from dflashdoctor.runs.launch import Launched
 from dflashdoctor.runs.stacks import dump_stacks
 
 _POLL_S = 0.2
@@ -39,6 +39,36 @@ class Outcome:
     left_running: list[LeftRunningRecord] = field(default_factory=list)  # stopped by the doctor
 
 
+class Interrupts:
+    """Ctrl-C, SIGTERM and SIGHUP from before the command starts until its watch ends: recorded, not
+    raised, so that the command is stopped and what was seen is reported (a doctor stopped stops its
+    run too; its terminal gone, the same, not a dead doctor). Caught from before the launcher starts,
+    so that one sent as the command starts is not the doctor's own 143 with the command left to the
+    launcher, but the same stop."""
+
+    _CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Interrupts:
+        self._previous = {sig: signal.signal(sig, self._caught) for sig in self._CAUGHT}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.restore()
+
+    def _caught(self, signum: int, _frame: Any) -> None:
+        self.signum = self.signum or signum
+
+    def restore(self) -> None:
+        """The doctor's own handlers back (once; again is nothing)."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+
 def _ours(pid: int, group: int) -> bool:
     """Alive and still in the command's process group: a pid reused by another program since its
     events were written must not get our stack-dump signal (its default action terminates)."""
@@ -48,7 +78,7 @@ def _ours(pid: int, group: int) -> bool:
         return False
 
 
-def _stop(child: subprocess.Popen[bytes], first: signal.Signals) -> None:
+def _stop(child: Launched, first: signal.Signals) -> None:
     for sig, wait in ((first, _GRACE_S), (signal.SIGKILL, _GRACE_S)):
         try:
             os.killpg(child.pid, sig)
@@ -78,30 +108,31 @@ def _progress_line(reader: LogReader) -> str:
 
 
 def watch(
-    child: subprocess.Popen[bytes], reader: LogReader, hang_timeout_s: float | None, deadline_s: float | None = None
+    child: Launched,
+    reader: LogReader,
+    interrupts: Interrupts,
+    hang_timeout_s: float | None,
+    deadline_s: float | None = None,
+    *,
+    passes_interrupt: bool = False,
 ) -> Outcome:
     """Follow the command to its end, reading its events as they come with `reader` (the caller's:
     its last update then reads only what came after, not every line again). `hang_timeout_s`:
     stopped after that long without progress; `deadline_s`: stopped after that long whatever its
-    progress (the gate's bound on its run: a loop with no optimizer step never reaches --steps)."""
+    progress (the gate's bound on its run: a loop with no optimizer step never reaches --steps).
+    `interrupts`, entered before the command started, are restored as the watch ends.
+    `passes_interrupt`: the signal that stopped the run (SIGTERM, Ctrl-C, SIGHUP) is raised again
+    once the command and what it left are stopped, for the doctor's own handler (the gate's: 143,
+    130, as during its probes); else the outcome says `interrupted`."""
     events = reader.events
     started = time.monotonic()
-    interrupted = False
-
-    def on_interrupt(_signum: int, _frame: Any) -> None:
-        nonlocal interrupted
-        interrupted = True
-
-    previous = signal.signal(signal.SIGINT, on_interrupt)
-    previous_term = signal.signal(signal.SIGTERM, on_interrupt)  # a doctor stopped stops its run too
-    previous_hup = signal.signal(signal.SIGHUP, on_interrupt)  # its terminal gone: the same, not a dead doctor
     outcome = Outcome(returncode=None, duration_s=0.0)
     last_progress_wall = time.time()
     last_line, last_line_t = "", 0.0
     try:
         while child.poll() is None:
             time.sleep(_POLL_S)
-            if interrupted:
+            if interrupts.signum:
                 outcome.interrupted = outcome.stopped_by_doctor = True
                 _stop(child, signal.SIGINT)
                 break
@@ -133,10 +164,10 @@ def watch(
                 _stop(child, signal.SIGTERM)
                 break
     finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.signal(signal.SIGTERM, previous_term)
-        signal.signal(signal.SIGHUP, previous_hup)
+        interrupts.restore()
     outcome.returncode = child.wait()
     outcome.duration_s = round(time.monotonic() - started, 3)
-    outcome.left_running = stop_leftovers(child.pid, f"{EVENTS_DIR}={events}")
+    outcome.left_running = stop_leftovers(child.lineage())
+    if passes_interrupt and interrupts.signum:
+        signal.raise_signal(interrupts.signum)
     return outcome

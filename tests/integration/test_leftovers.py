@@ -1,7 +1,8 @@
-"""What a finished child leaves running is found by its group and by the marker in the environment
-its descendants inherit (dflashdoctor/leftovers.py): real processes, a daemon that left the group,
-a process of another local user carrying the same marker, and a probe's target and script that leave
-a forked child and a setsid daemon behind (`trace-attention --script`)."""
+"""What a finished child leaves running is found by its group and session, by the process tree below
+its launcher, and by the marker in the environment its descendants inherit
+(dflashdoctor/leftovers.py): real processes, a daemon that left the group, a process of another local
+user carrying the same marker (not ours) and one that is in the child's session (ours), and a probe's
+target and script that leave a forked child and a setsid daemon behind (`trace-attention --script`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ import os
 import subprocess
 import time
 
-from dflashdoctor.leftovers import command_of, running, still_running, stop_leftovers
+import pytest
+
+from dflashdoctor.leftovers import Lineage, command_of, running, still_running, stop_leftovers
 from dflashdoctor.processes import pid_alive
 from tests.conftest import run_cli, start_as_nobody
 
 _MARKER = "DFLASHDOCTOR_PROBE_ID=test-marker-1234"
+
+
+def _by(group: int, **more: int) -> Lineage:
+    return Lineage(_MARKER, group=group, **more)
 
 
 def _finished_group() -> int:
@@ -23,8 +30,9 @@ def _finished_group() -> int:
     return child.pid
 
 
-def test_the_kernels_and_inits_groups_are_never_a_childs():
-    assert still_running(0, _MARKER) == set() and still_running(1, _MARKER) == set()
+def test_the_kernels_and_inits_groups_sessions_and_trees_are_never_a_childs():
+    for pid in (0, 1):
+        assert still_running(_by(pid, session=pid, root=pid)) == set()
 
 
 def _wait_until(check, timeout_s: float = 30.0) -> None:
@@ -39,12 +47,12 @@ def test_a_marked_daemon_is_found_and_stopped_and_an_unmarked_one_is_left_alone(
     unmarked = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         group = _finished_group()
-        _wait_until(lambda: marked.pid in still_running(group, _MARKER))
-        assert still_running(group, _MARKER) == {marked.pid}
-        left = stop_leftovers(group, _MARKER, settle_s=0)
+        _wait_until(lambda: marked.pid in still_running(_by(group)))
+        assert still_running(_by(group)) == {marked.pid}
+        left = stop_leftovers(_by(group), settle_s=0)
         assert left == [{"pid": marked.pid, "command": "sleep 300"}]
         marked.wait(timeout=30)
-        assert pid_alive(unmarked.pid) and still_running(group, _MARKER) == set()
+        assert pid_alive(unmarked.pid) and still_running(_by(group)) == set()
     finally:
         for process in (marked, unmarked):
             process.kill()
@@ -63,11 +71,50 @@ def test_another_users_process_carrying_the_marker_is_not_ours():
         )
         time.sleep(0.2)  # setpriv has exec'd sleep: the environment is the one given
         group = _finished_group()
-        assert intruder.pid not in still_running(group, _MARKER)
-        assert stop_leftovers(group, _MARKER, settle_s=0) == [] and intruder.poll() is None
+        assert intruder.pid not in still_running(_by(group))
+        assert stop_leftovers(_by(group), settle_s=0) == [] and intruder.poll() is None
     finally:
         intruder.kill()
         intruder.wait()
+
+
+def test_another_users_process_in_the_childs_session_is_the_childs_and_root_stops_it():
+    """A session is joined only by being started in it: a process of nobody's there (the child
+    dropped privileges for it) is the child's descendant, found without any marker, and stopped."""
+    if os.geteuid() != 0:
+        pytest.skip("starting a process as another user needs root")
+    leader = subprocess.Popen(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "-i", "sleep", "316"],
+        start_new_session=True,
+    )
+    try:
+        _wait_until(lambda: "sleep 316" in command_of(leader.pid))
+        assert still_running(_by(0, session=leader.pid)) == {leader.pid}
+        assert stop_leftovers(_by(0, session=leader.pid), settle_s=0) == [{"pid": leader.pid, "command": "sleep 316"}]
+        assert leader.wait(timeout=30) == -15
+    finally:
+        leader.kill()
+        leader.wait()
+
+
+def test_the_tree_below_a_root_is_the_childs_and_the_root_is_not():
+    """What a launcher (the root) started, and what that started in turn in a session of its own
+    with an empty environment, is found by the parent links; the launcher itself and its siblings
+    are not."""
+    root = subprocess.Popen(
+        ["sh", "-c", "setsid env -i sleep 317 & wait"], start_new_session=True, stdout=subprocess.DEVNULL
+    )
+    sibling = subprocess.Popen(["sleep", "318"], start_new_session=True)
+    try:
+        _wait_until(lambda: any("sleep 317" in command_of(pid) for pid in still_running(_by(0, root=root.pid))))
+        (daemon,) = still_running(_by(0, root=root.pid))
+        assert command_of(daemon) == "sleep 317" and root.pid != daemon
+        assert stop_leftovers(_by(0, root=root.pid), settle_s=0) == [{"pid": daemon, "command": "sleep 317"}]
+        assert root.wait(timeout=30) == 0 and sibling.poll() is None
+    finally:
+        for process in (root, sibling):
+            process.kill()
+            process.wait()
 
 
 _SCRIPT_LEAVES = """
@@ -127,14 +174,14 @@ def test_inductors_compile_workers_are_stopped_and_never_named_as_the_programs()
     )
     try:
         child.wait(timeout=120)
-        workers = still_running(child.pid, _MARKER) - {daemon.pid}
+        workers = still_running(_by(child.pid)) - {daemon.pid}
         assert workers, "the pool had ended before it could be looked at"
         assert all("torch/_inductor/compile_worker/__main__.py" in command_of(pid) for pid in workers)
         # no settling: the pool is certainly still there (it takes about 2 s to go on the 2-core CPU)
-        left = stop_leftovers(child.pid, _MARKER, settle_s=0)
+        left = stop_leftovers(_by(child.pid), settle_s=0)
         assert left == [{"pid": daemon.pid, "command": "sleep 300"}]
-        _wait_until(lambda: not still_running(child.pid, _MARKER), timeout_s=15)
-        assert not still_running(child.pid, _MARKER)
+        _wait_until(lambda: not still_running(_by(child.pid)), timeout_s=15)
+        assert not still_running(_by(child.pid))
     finally:
         daemon.kill()
         daemon.wait()
@@ -159,7 +206,7 @@ def test_a_killed_leftover_left_a_zombie_by_its_parent_counts_as_ended():
         assert parent.stdout is not None
         leftover = int(parent.stdout.readline())
         assert running(leftover)
-        named = stop_leftovers(_finished_group(), _MARKER, settle_s=0)
+        named = stop_leftovers(_by(_finished_group()), settle_s=0)
         assert named == [{"pid": leftover, "command": "sleep 300"}]
         # SIGTERM ended it and its parent never reaped it: a pid still, a zombie, no longer running
         assert pid_alive(leftover) and not running(leftover)
