@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +22,7 @@ from dflashdoctor.cli_options import (
     ReportDirOpt,
     SshOpt,
     VerboseOpt,
+    path_given,
     probe_command,
     seconds,
     writable,
@@ -32,7 +36,7 @@ from dflashdoctor.commands.run import RunOptions, merge_when_first, report_folde
 from dflashdoctor.commands.show import show
 from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.hostfile import nodes_of
-from dflashdoctor.output import emit, new_report_dir, stdout_conflict
+from dflashdoctor.output import destination_problem, emit, new_report_dir, stdout_conflict
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
 from dflashdoctor.report_folder import held
@@ -146,11 +150,16 @@ def run_command(
 
 @app.command("merge")
 def merge_command(
-    directory: Annotated[Path, typer.Argument(help="The --report-dir every node of a run wrote its part in.")],
+    directory: Annotated[
+        Path, typer.Argument(parser=path_given, help="The --report-dir every node of a run wrote its part in.")
+    ],
     json_output: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """One report of a run on several nodes, from each node's part: per node, per rank. Runs nothing."""
+    problem = destination_problem(directory) if directory.is_dir() else None  # the report goes into DIR
+    if problem:
+        raise BadInput(problem)
     report = merge(directory, _argv())
     raise typer.Exit(emit(report, json_output=json_output, report_dir=directory, verbose=verbose))
 
@@ -159,7 +168,9 @@ def merge_command(
 def gate_command(
     config: Annotated[
         Path | None,
-        typer.Option(help="Gate configuration (TOML); default ./dflashdoctor.toml, else pyproject's table."),
+        typer.Option(
+            parser=path_given, help="Gate configuration (TOML); default ./dflashdoctor.toml, else pyproject's table."
+        ),
     ] = None,
     target: Annotated[str | None, typer.Option(help="Override the configured check-compile TARGET.")] = None,
     device: Annotated[str | None, typer.Option(help="Override the configured device: auto, cpu or cuda.")] = None,
@@ -176,11 +187,16 @@ def gate_command(
         typer.Option(help="trace-attention traces this step script instead of the reference drafter."),
     ] = None,
     junit: Annotated[
-        Path | None, typer.Option(callback=writable(folder=False), help="Also write the JUnit XML here; - for stdout.")
+        Path | None,
+        typer.Option(
+            callback=writable(folder=False), parser=path_given, help="Also write the JUnit XML here; - for stdout."
+        ),
     ] = None,
     sarif: Annotated[
         Path | None,
-        typer.Option(callback=writable(folder=False), help="Also write the SARIF 2.1.0 here; - for stdout."),
+        typer.Option(
+            callback=writable(folder=False), parser=path_given, help="Also write the SARIF 2.1.0 here; - for stdout."
+        ),
     ] = None,
     python: PythonOpt = None,
     ssh: Annotated[
@@ -198,6 +214,7 @@ def gate_command(
         list[Path] | None,
         typer.Option(
             "--trust",
+            parser=path_given,
             help="Run the configuration's code from here (a file, or a folder and what is below it) although "
             "another user owns it or could change it; again for more paths.",
         ),
@@ -240,7 +257,9 @@ def gate_command(
 
 @app.command("init")
 def init_command(
-    root: Annotated[Path, typer.Argument(help="The repository's root; default the current folder.")] = Path("."),
+    root: Annotated[
+        Path, typer.Argument(parser=path_given, help="The repository's root; default the current folder.")
+    ] = Path("."),
     write: Annotated[
         bool, typer.Option("--write", help="Add the table to ROOT/pyproject.toml (never over an existing one).")
     ] = False,
@@ -254,11 +273,14 @@ def init_command(
 @app.command("lint")
 def lint_command(
     paths: Annotated[
-        list[Path] | None, typer.Argument(help="Files or folders to scan; default the current folder.")
+        list[Path] | None,
+        typer.Argument(parser=path_given, help="Files or folders to scan; default the current folder."),
     ] = None,
     sarif: Annotated[
         Path | None,
-        typer.Option(callback=writable(folder=False), help="Also write the SARIF 2.1.0 here; - for stdout."),
+        typer.Option(
+            callback=writable(folder=False), parser=path_given, help="Also write the SARIF 2.1.0 here; - for stdout."
+        ),
     ] = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
@@ -275,7 +297,7 @@ def lint_command(
 
 @app.command("show")
 def show_command(
-    report: Annotated[Path, typer.Argument(help="A report.json that dflashdoctor wrote.")],
+    report: Annotated[Path, typer.Argument(parser=path_given, help="A report.json that dflashdoctor wrote.")],
     format_name: Annotated[
         str, typer.Option("--format", help="terminal, json, md, html, sarif or junit.")
     ] = "terminal",
@@ -292,10 +314,12 @@ cache_app = typer.Typer(
 )
 app.add_typer(cache_app, name="cache")
 TritonDirOpt = Annotated[
-    Path | None, typer.Option("--triton-dir", help="A Triton cache root (default: as triton resolves it).")
+    Path | None,
+    typer.Option("--triton-dir", parser=path_given, help="A Triton cache root (default: as triton resolves it)."),
 ]
 InductorDirOpt = Annotated[
-    Path | None, typer.Option("--inductor-dir", help="An Inductor cache root (default: as torch resolves it).")
+    Path | None,
+    typer.Option("--inductor-dir", parser=path_given, help="An Inductor cache root (default: as torch resolves it)."),
 ]
 AllRootsOpt = Annotated[
     bool,
@@ -347,7 +371,10 @@ def cache_fix(
 def cache_restore(
     quarantine: Annotated[
         Path | None,
-        typer.Argument(help="A quarantine folder (default: every one of each root not yet restored, oldest first)."),
+        typer.Argument(
+            parser=path_given,
+            help="A quarantine folder (default: every one of each root not yet restored, oldest first).",
+        ),
     ] = None,
     triton_dir: TritonDirOpt = None,
     inductor_dir: InductorDirOpt = None,
@@ -371,7 +398,33 @@ def _on_sigterm(_signum: int, _frame: object) -> None:
     raise _Terminated
 
 
-_OUTPUT_LOST = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT)  # stdout that cannot take the report
+# stdout that cannot take the report: full, a closed pipe or terminal, or not open at all
+_OUTPUT_LOST = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT, errno.EBADF)
+
+
+class _Closed(io.TextIOBase):
+    """Standing in for a standard stream the doctor was started without (`>&-`): Python gives None,
+    which every print would turn into an AttributeError. Writing to it is EBADF, said as such."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")
+
+
+def _usable_streams() -> None:
+    """stdout and stderr as every output expects them: a closed one stands in as _Closed (stderr,
+    where nothing can be said, as /dev/null), and one whose encoding cannot take a character (ASCII
+    under LC_ALL=C without UTF-8 mode) shows it as an escape instead of raising."""
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the process's life
+    if sys.stdout is None:
+        sys.stdout = _Closed()
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.encoding.lower().replace("-", "") != "utf8":
+            with contextlib.suppress(ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")
 
 
 def _one_line(message: str) -> str:
@@ -380,10 +433,30 @@ def _one_line(message: str) -> str:
     return encodable(without_controls(message)).replace("\n", "\\n")
 
 
+_STOP_GRACE_S = 5.0
+
+
+def _exit_stopped(code: int) -> None:
+    """Exit with `code` once stopped: the probes are stopped already; a thread of ours still blocked
+    (a read that never returns) would keep the interpreter from exiting, as it joins its threads, so
+    after a grace period the process ends without waiting for it."""
+    deadline = time.monotonic() + _STOP_GRACE_S
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() and not t.daemon and t is not threading.current_thread() for t in threading.enumerate()):
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def main() -> None:
     """Console entry: bad input is one line and exit 2; an internal error is one line and exit 3;
     interrupted outside a `run` (no report), 130 for Ctrl-C and 143 for SIGTERM."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    _usable_streams()
     try:
         code = app(standalone_mode=False)
     except BadInput as exc:
@@ -394,10 +467,10 @@ def main() -> None:
         sys.exit(EXIT_USAGE)
     except _Terminated:
         print("dflashdoctor: stopped by SIGTERM", file=sys.stderr)
-        sys.exit(128 + signal.SIGTERM)
+        _exit_stopped(128 + signal.SIGTERM)
     except (typer.Abort, KeyboardInterrupt):
         print("dflashdoctor: interrupted", file=sys.stderr)
-        sys.exit(128 + signal.SIGINT)
+        _exit_stopped(128 + signal.SIGINT)
     except OSError as exc:
         if exc.errno not in _OUTPUT_LOST:
             print(f"dflashdoctor: internal error: {_one_line(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)

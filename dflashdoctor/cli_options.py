@@ -32,6 +32,19 @@ def writable(*, folder: bool) -> Callable[[Path | None], Path | None]:
     return check
 
 
+def path_given(text: str) -> Path:
+    """A Typer parser for every path option and argument: an empty one (an unset variable in a CI
+    line, `--report-dir "$OUT"`) would be read as `.`, the current folder, and a report written
+    over the files there; it is bad input instead."""
+    if not text:
+        raise typer.BadParameter("an empty path names nothing (an unset variable?)")
+    return Path(text)
+
+
+def _names_a_path(hint: Any) -> bool:
+    return hint is Path or Path in typing.get_args(hint) or any(map(_names_a_path, typing.get_args(hint)))
+
+
 def seconds(zero_means: str | None = None) -> Callable[[float], float]:
     """A typer callback: nan and infinity are refused (some releases of click let nan through `min`)."""
 
@@ -48,7 +61,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON 
 ReportDirOpt = Annotated[
     Path | None,
     typer.Option(
-        "--report-dir", callback=writable(folder=True), help="Write report.json/html/md, junit.xml and .sarif here."
+        "--report-dir",
+        callback=writable(folder=True),
+        parser=path_given,
+        help="Write report.json/html/md, junit.xml and .sarif here.",
     ),
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's evidence.")]
@@ -106,11 +122,12 @@ def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
 
 def _annotated(hint: Any, option: CliOption) -> Any:
     """The field's type as Typer reads it: a list argument may be left out (None)."""
+    parser = {"parser": path_given} if _names_a_path(hint) else {}
     if option.argument:
         kind = hint | None if typing.get_origin(hint) is list else hint
-        return Annotated[kind, typer.Argument(help=option.help)]
+        return Annotated[kind, typer.Argument(help=option.help, **parser)]
     flags = (option.flag,) if option.flag else ()
-    return Annotated[hint, typer.Option(*flags, help=option.help)]
+    return Annotated[hint, typer.Option(*flags, help=option.help, **parser)]
 
 
 def _default(item: Field[Any]) -> Any:

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflashdoctor.placed_files import MIB, PlacedFileError, read_placed
 from dflashdoctor.probe_support import UsageError, first_line
 
 SCALES = ("tiny", "full")
@@ -129,6 +130,9 @@ def preset_names() -> str:
     return ", ".join(PRESETS)
 
 
+_CONFIG_BYTES = 16 * MIB  # a model's config.json is kilobytes
+
+
 def config_source(spec: str) -> tuple[str, dict[str, Any] | None]:
     """(model_type, config dict) of a preset name, a config.json, or a folder holding one.
 
@@ -140,13 +144,16 @@ def config_source(spec: str) -> tuple[str, dict[str, Any] | None]:
     path = os.path.join(spec, "config.json") if os.path.isdir(spec) else spec
     if not (spec.endswith(".json") or os.path.isdir(spec)):
         raise UsageError(f"unknown model preset {spec!r}; known presets: {preset_names()} (or a config.json path)")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+    try:  # a regular file up to a cap, opened without blocking: a FIFO or /dev/zero there is refused
+        data = json.loads(read_placed(path, _CONFIG_BYTES, follow=True))
+    except PlacedFileError as exc:
+        raise UsageError(f"model config {exc}") from None
     except OSError as exc:
         raise UsageError(f"cannot read model config {path}: {exc.strerror}") from exc
     except json.JSONDecodeError as exc:
         raise UsageError(f"model config {path} is not valid JSON: line {exc.lineno}: {exc.msg}") from exc
+    except (ValueError, RecursionError) as exc:  # not UTF-8, a number past 4,300 digits, nested too deep
+        raise UsageError(f"model config {path} is not a config: {type(exc).__name__}") from None
     if not isinstance(data, dict) or "model_type" not in data:
         raise UsageError(f"model config {path} has no model_type")
     return data["model_type"], data

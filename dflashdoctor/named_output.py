@@ -20,19 +20,18 @@ import contextlib
 import errno
 import fcntl
 import os
-import re
 import secrets
 import stat
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.safe_fs import user_name
-from dflashdoctor.safe_paths import Located, PathRefused, locate, resolve_links, trusted_uids
+from dflashdoctor.safe_paths import Located, PathRefused, in_proc, locate, resolve_links, trusted_uids
 
 STDOUT = "-"
-_DESCRIPTOR = re.compile(r"/dev/(?:fd/(\d+)|(stdout)|(stderr))|/proc/(?:self|thread-self|(\d+))/fd/(\d+)")
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _PARENTS = 0o777  # folders made on the way to a named file: as `mkdir -p` makes them (the umask applies)
 
@@ -60,27 +59,26 @@ class Destination:
             self.located.close()
 
 
-def descriptor_of(path: str) -> int | None:
-    """The descriptor a path names directly (`/dev/stdout`, `/dev/fd/3`, `/proc/self/fd/1`)."""
-    match = _DESCRIPTOR.fullmatch(path)
-    if match is None:
+def _descriptor_at(located: Located) -> int | None:
+    """The descriptor of this process that `located` names: the folder is this process's (or one of
+    its threads') `fd` folder on /proc, however the path reached it (`/dev/stdout`, a link to a link
+    to it, `/proc/self/fd/../fd/1`), and the name a number."""
+    if not located.name.isdigit() or len(located.name) > 9 or not in_proc(located.fd):
         return None
-    fd_number, out, err, pid, proc_fd = match.groups()
-    if pid is not None and int(pid) != os.getpid():
-        return None  # another process's descriptor: not a stream of this one
-    number = fd_number or proc_fd
-    if number is not None:
-        return int(number) if len(number) < 8 else None
-    return 1 if out else 2 if err else None
+    folder = os.fstat(located.fd)
+    for own in (f"/proc/{os.getpid()}/fd", f"/proc/{os.getpid()}/task/{threading.get_native_id()}/fd"):
+        with contextlib.suppress(OSError):
+            if os.path.samestat(folder, os.stat(own)):
+                return int(located.name)
+    return None
 
 
 def writes_stdout(path: Path | str) -> bool:
     """Whether a copy named so would go to this process's stdout."""
-    text = os.fspath(path)
-    if text == STDOUT or descriptor_of(text) == 1:
+    if os.fspath(path) == STDOUT:
         return True
     try:
-        found = destination(text)
+        found = destination(path)
     except (OutputRefused, OSError):
         return False
     found.close()
@@ -116,20 +114,14 @@ def destination(path: Path | str, *, create: bool = False) -> Destination:
     text = os.fspath(path)
     if text == STDOUT:
         return _writable_descriptor("-", 1)
-    number = descriptor_of(text)
-    if number is not None:
-        return _writable_descriptor(text, number)
     try:
-        located = locate(text, create=_PARENTS if create else None)
-        link = _link_to_descriptor(located)
-        if link is not None:
-            located.close()
-            return _writable_descriptor(text, link)
-        located = resolve_links(located)
-    except PathRefused as exc:
+        located = resolve_links(locate(text, create=_PARENTS if create else None))
+    except (PathRefused, ValueError) as exc:
         raise OutputRefused(str(exc)) from None
-    except ValueError as exc:
-        raise OutputRefused(str(exc)) from None
+    number = _descriptor_at(located)
+    if number is not None:
+        located.close()
+        return _writable_descriptor(text, number)
     try:
         try:
             info = os.stat(located.name, dir_fd=located.fd, follow_symlinks=False)
@@ -139,15 +131,6 @@ def destination(path: Path | str, *, create: bool = False) -> Destination:
     except BaseException:
         located.close()
         raise
-
-
-def _link_to_descriptor(located: Located) -> int | None:
-    """A trusted user's link at the name that leads to a descriptor (`out.sarif -> /dev/stdout`)."""
-    with contextlib.suppress(OSError):
-        info = os.stat(located.name, dir_fd=located.fd, follow_symlinks=False)
-        if stat.S_ISLNK(info.st_mode) and info.st_uid in trusted_uids():
-            return descriptor_of(os.readlink(located.name, dir_fd=located.fd))
-    return None
 
 
 def problem(path: Path | str) -> str | None:

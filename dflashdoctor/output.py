@@ -3,8 +3,10 @@ CI asks for. Every output starts from the report made encodable (safe_text.py)."
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import stat
 import sys
 from collections.abc import Mapping
@@ -50,12 +52,29 @@ def destination_problem(path: Path | None, *, folder: bool = True) -> str | None
             else f"{path} is {kind_of(os.stat(path).st_mode)}, not a folder"
         )
     try:
-        os.close(open_folder(existing))
+        fd = open_folder(existing)
     except OSError as exc:
         return f"cannot reach {path}: {exc.strerror or exc}"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing} cannot be written by this user"
-    return None
+    try:
+        return None if _can_make_in(fd) else f"{existing} cannot be written by this user"
+    finally:
+        os.close(fd)
+
+
+def _can_make_in(folder_fd: int) -> bool:
+    """Whether a file can be made in the open folder, found by making one (a random name, O_EXCL,
+    removed at once): permission bits say yes for root on /proc or /sys, where nothing can be made,
+    and on a read-only mount."""
+    name = f".dflashdoctor-can-write.{secrets.token_hex(8)}"
+    try:
+        os.close(
+            os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
+        )
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        os.unlink(name, dir_fd=folder_fd)
+    return True
 
 
 def _unsafe_folder(path: Path) -> str | None:

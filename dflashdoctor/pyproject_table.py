@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import secrets
 import stat
@@ -59,6 +60,8 @@ def _parsed(text: str, shown: Path, what: str) -> dict[str, Any]:
         raise BadInput(f"{shown} {what} is not valid TOML ({exc}): not written") from None
     except RecursionError:
         raise BadInput(f"{shown} {what} nests too deep to read: not written") from None
+    except ValueError as exc:  # an integer past the 4,300 digits Python converts
+        raise BadInput(f"{shown} {what} cannot be read ({exc}): not written") from None
 
 
 def _combined(old_text: str, old: dict[str, Any], text: str, table: dict[str, Any], shown: Path) -> str:
@@ -72,12 +75,24 @@ def _combined(old_text: str, old: dict[str, Any], text: str, table: dict[str, An
     new_text = old_text + separator + text
     new = _parsed(new_text, shown, "with the table added")
     expected = {**old, "tool": {**tool, "dflashdoctor": table}}
-    if new != expected:
+    if _comparable(new) != _comparable(expected):
         raise BadInput(
             f"{shown}: the table added does not read back as written (an inline `tool` table, or a string "
             "init failed to quote): not written"
         )
     return new_text
+
+
+def _comparable(value: Any) -> Any:
+    """A parsed document in a form `==` compares as TOML means it: `nan` (which TOML allows) equals
+    itself, as it does not as a float."""
+    if isinstance(value, float) and math.isnan(value):
+        return ("nan", math.copysign(1.0, value))
+    if isinstance(value, dict):
+        return {key: _comparable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_comparable(item) for item in value]
+    return value
 
 
 def _replace(folder_fd: int, shown: Path, data: bytes, old: os.stat_result | None) -> None:

@@ -122,8 +122,21 @@ def held(path: Path | None) -> Iterator[None]:
     finally:
         if folder.created and not os.listdir(folder.fd):
             with contextlib.suppress(OSError):
-                os.rmdir(path)
+                _remove_made(folder)
         folder.close()
+
+
+def _remove_made(folder: ReportFolder) -> None:
+    """The empty folder made for this command, removed again: through its parent reached as before
+    (no other user's link followed), and only if the name there is still that very folder (a path
+    swapped meanwhile, through a folder another user owns, must not take one of root's with it)."""
+    parent = open_folder(folder.path.parent)
+    try:
+        there = os.stat(folder.path.name, dir_fd=parent, follow_symlinks=False)
+        if os.path.samestat(there, os.fstat(folder.fd)):
+            os.rmdir(folder.path.name, dir_fd=parent)
+    finally:
+        os.close(parent)
 
 
 def write_in(dir_fd: int, name: str, data: bytes, mode: int) -> None:

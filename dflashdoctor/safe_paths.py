@@ -190,6 +190,15 @@ def locate(
     return Located(walk.fd, name, walk.shown)
 
 
+def in_proc(folder_fd: int) -> bool:
+    """Whether the open folder is on /proc, whose links say where a descriptor leads (`pipe:[7]`, or
+    a file's path that is no way to reach that descriptor again) rather than a path to walk."""
+    try:
+        return os.fstat(folder_fd).st_dev == os.stat("/proc").st_dev
+    except OSError:
+        return False
+
+
 def resolve_links(located: Located, check: FolderCheck | None = None) -> Located:
     """`located` with a link at its name followed (a trusted user's only, as on the way), until the
     name is no link: the place a write or a read of that name would reach. Takes over `located`'s
@@ -199,8 +208,8 @@ def resolve_links(located: Located, check: FolderCheck | None = None) -> Located
             info = os.stat(located.name, dir_fd=located.fd, follow_symlinks=False)
         except FileNotFoundError:
             return located
-        if not stat.S_ISLNK(info.st_mode):
-            return located
+        if not stat.S_ISLNK(info.st_mode) or in_proc(located.fd):
+            return located  # /proc's links (a descriptor, a cwd) are the kernel's, not text to follow
         shown = _join(located.shown, located.name)
         if info.st_uid not in trusted_uids():
             located.close()

@@ -24,6 +24,8 @@ import contextlib
 import contextvars
 import functools
 import grp
+import importlib.machinery
+import itertools
 import os
 import pwd
 import stat
@@ -102,15 +104,11 @@ class Trust:
         added: list[Path] = []
         for path in paths:
             given = _absolute(base / Path(path))
-            added.append(given)
-            with contextlib.suppress(OSError, RuntimeError):
-                added.append(given.resolve())
+            added += [given, *_real(given)]
         return Trust(self.vouched + tuple(added))
 
     def vouches_for(self, path: Path) -> bool:
-        candidates = {_absolute(path)}
-        with contextlib.suppress(OSError, RuntimeError):  # a loop of links: the path as given only
-            candidates.add(path.resolve())
+        candidates = {_absolute(path), *_real(_absolute(path))}
         return any(c == v or v in c.parents for c in candidates for v in self.vouched)
 
     def file_problem(self, path: Path | str, role: str) -> str | None:
@@ -150,6 +148,32 @@ def vouched() -> Trust:
     return _VOUCHED.get() or Trust()
 
 
+def _real(path: Path) -> list[Path]:
+    """Where `path` really is, reached as safe_paths reaches it: none where the way holds a link
+    another user made (trusting a link of theirs must not extend trust to wherever they point it)."""
+    try:
+        fd = open_folder(path)
+    except NotADirectoryError:
+        try:
+            located = resolve_links(locate(path))
+        except (OSError, ValueError):
+            return []
+        try:
+            return [Path(os.readlink(f"/proc/self/fd/{located.fd}")) / located.name]
+        except OSError:
+            return []
+        finally:
+            located.close()
+    except OSError:
+        return []
+    try:
+        return [Path(os.readlink(f"/proc/self/fd/{fd}"))]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+
+
 def _absolute(path: Path) -> Path:
     return Path(os.path.normpath(os.path.join(os.getcwd(), path)))
 
@@ -169,10 +193,10 @@ def _file_reason(path: Path) -> str | None:
         located = resolve_links(locate(full, check=folder_on_the_way), folder_on_the_way)
     except PathRefused as exc:
         return _said(exc, full)
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):  # nothing there, or a path that names a folder (`.`)
         return None
-    except (OSError, ValueError) as exc:
-        return f"it cannot be reached ({getattr(exc, 'strerror', None) or exc})"
+    except OSError as exc:
+        return f"it cannot be reached ({exc.strerror or exc})"
     try:
         info = os.stat(located.name, dir_fd=located.fd, follow_symlinks=False)
     except OSError:
@@ -198,6 +222,28 @@ def _folder_reason(folder: Path) -> str | None:
         return f"it cannot be reached ({exc.strerror or exc})"
     try:
         problem = _import_folder_problem(os.fstat(fd))
+        if problem:
+            return f"it {problem}, so anyone could add a module that would be imported"
+        return _foreign_module(fd)
     finally:
         os.close(fd)
-    return f"it {problem}, so anyone could add a module that would be imported" if problem else None
+
+
+_MODULE_SUFFIXES = tuple(importlib.machinery.all_suffixes())  # .py, .pyc, extension modules
+_ENTRIES_LOOKED_AT = 100_000
+
+
+def _foreign_module(folder_fd: int) -> str | None:
+    """A module or package folder at the top of the folder that another user owns or can change:
+    `import torch` there imports their `torch.py` (or `torch/`, which they can fill) first."""
+    with os.scandir(folder_fd) as entries:
+        for entry in itertools.islice(entries, _ENTRIES_LOOKED_AT):
+            with contextlib.suppress(OSError):
+                if not (entry.name.endswith(_MODULE_SUFFIXES) or entry.is_dir(follow_symlinks=False)):
+                    continue
+                info = entry.stat(follow_symlinks=False)
+                writers = _others_write(info)
+                if info.st_uid not in trusted_uids() or (writers and not stat.S_ISLNK(info.st_mode)):
+                    whose = _owner_problem(info) or f"can be written by {writers}"
+                    return f"it holds {entry.name}, which {whose}: importing that name would run it"
+    return None

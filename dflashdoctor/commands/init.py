@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.lint.setup_facts import Place, SetupFacts, python_setup, shell_setup
 from dflashdoctor.lint.sources import read_source, tree_files
 from dflashdoctor.pyproject_table import add_table
+from dflashdoctor.redaction import redact_argv
 from dflashdoctor.safe_paths import PathRefused, open_folder
 
 HEADER = "# dflashdoctor init: inferred from the source (nothing was imported or run); check each line."
@@ -91,6 +93,12 @@ def _wrapper_entries(facts: SetupFacts) -> list[Entry]:
     return [Entry("target", wrapper.what, f"check-compile judges it: {said}"), Entry(None, note=expect), *others]
 
 
+def _script_word(relative: str) -> str:
+    """A file's path as one word of the `run` line, which the gate splits as a shell would: quoted
+    (`my train.py`), and never read as an option (`-c...py` would have run the code in its name)."""
+    return shlex.quote(f"./{relative}" if relative.startswith("-") else relative)
+
+
 def _run_entries(facts: SetupFacts) -> list[Entry]:
     trainer = facts.trainers[0] if facts.trainers else None
     if trainer is None:
@@ -98,7 +106,8 @@ def _run_entries(facts: SetupFacts) -> list[Entry]:
             Entry(None, note='run: no entry point that steps an optimizer was found; set run = "python3 train.py ..."')
         ]
     distributed = trainer.file in facts.distributed
-    command = f"torchrun --standalone --nproc-per-node 2 {trainer.file}" if distributed else f"python3 {trainer.file}"
+    script = _script_word(trainer.file)
+    command = f"torchrun --standalone --nproc-per-node 2 {script}" if distributed else f"python3 {script}"
     why = "starts a process group: two ranks on this machine" if distributed else "steps an optimizer"
     return [
         Entry("run", command, f"{_at(trainer)}: {trainer.what}, {why}"),
@@ -116,7 +125,8 @@ def entries(facts: SetupFacts) -> list[Entry]:
     ]
     table += _run_entries(facts)
     table += [
-        Entry(None, note=f"a launch line at {_at(launcher)}: {launcher.what}") for launcher in facts.launchers[:3]
+        Entry(None, note=f"a launch line at {_at(launcher)}: {' '.join(redact_argv(launcher.what.split(' ')))}")
+        for launcher in facts.launchers[:3]
     ]
     if facts.thread_pools:
         first = facts.thread_pools[0]

@@ -17,6 +17,7 @@ from dflashdoctor.lint.facts import file_facts, thread_facts
 from dflashdoctor.lint.rules import judge_file
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.report import Check, ProbeResult, Report
+from dflashdoctor.safe_paths import trusted_uids
 from dflashdoctor.session import finish, new_report
 
 _NEEDLE = b"flex_attention"
@@ -39,7 +40,17 @@ def python_files(paths: list[Path]) -> Iterator[Path]:
         if path.is_file():
             yield path
             continue
-        yield from map(Path, sources.python_files(os.fspath(path)))
+        yield from (Path(found) for found in sources.python_files(os.fspath(path)) if not _others_link(found))
+
+
+def _others_link(path: str) -> bool:
+    """A link found in a folder that another user made: not followed (as root it could lead lint to
+    a file only root may read, and the report would quote its lines). Yours and root's are."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISLNK(info.st_mode) and info.st_uid not in trusted_uids()
 
 
 def _scannable(path: Path) -> None:

@@ -5,6 +5,7 @@ from an old run."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,9 @@ def load_report(path: Path) -> Report:
     try:
         report = Report.from_dict(data)
         _fill_earlier_sections(report, data["results"])
+        durations = [report.duration_s, *(result.duration_s for result in report.results)]
+        if not all(isinstance(d, int | float) and math.isfinite(d) for d in durations):
+            raise ValueError("a duration is not a finite number of seconds")  # JUnit's time="nan" is no time
         return report
     except (TypeError, KeyError, ValueError, AttributeError, OverflowError) as exc:  # OverflowError: 1e400
         raise BadInput(f"{path} is a damaged {SCHEMA} document: {type(exc).__name__}: {exc}") from None

@@ -1,6 +1,7 @@
 """The code a gate's configuration makes it run, checked before anything runs (trust.py): the target's
 file (and the packages above it when it is a module found in the current folder), the script, the
-folders either puts on the import path, and the folder the `run` command starts in."""
+folders either puts on the import path, the folder the `run` command starts in and the code its line
+names."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dflashdoctor.gate.config import GateConfig
+from dflashdoctor.gate.run_smoke import run_command
 from dflashdoctor.trust import Trust
 
 
@@ -40,7 +42,8 @@ def _problems(config: GateConfig, trust: Trust, cwd: Path) -> Iterator[str | Non
         target = Path(module_part)
         yield trust.file_problem(target, "the target's file")
         yield trust.import_folder_problem(target.parent, "the target's folder (put on the import path)")
-    elif trust.import_folder_problem(cwd, "the current folder") is None:  # else it is not on the path
+    elif any(_module_files(cwd, module_part)):  # found in the current folder, first on a probe's path
+        yield trust.import_folder_problem(cwd, "the current folder, where the target's module is")
         for path, role in _module_files(cwd, module_part):
             yield trust.import_folder_problem(path, role) if path.is_dir() else trust.file_problem(path, role)
     if config.script is not None:
@@ -49,6 +52,35 @@ def _problems(config: GateConfig, trust: Trust, cwd: Path) -> Iterator[str | Non
         yield trust.import_folder_problem(script.parent, "the script's folder (put on the import path)")
     if config.run is not None:
         yield trust.import_folder_problem(cwd, "the folder the `run` command starts in")
+        yield from _run_problems(run_command(config.run), trust, cwd)
+
+
+_CODE_SUFFIXES = (".py", ".sh", ".bash", ".zsh", ".pyz")
+
+
+def _run_problems(words: list[str], trust: Trust, cwd: Path) -> Iterator[str | None]:
+    """The code a `run` line names: its program where given as a path (`./train.sh`), every script
+    or executable file among its words (`python3 train.py`, `--launcher=tools/run.sh`) with the
+    folder Python puts first on the path for a script, and a module run with `-m` from the current
+    folder. A data file the line names (a dataset, a YAML) is not code and is not judged."""
+    for index, word in enumerate(words):
+        if index > 0 and words[index - 1] == "-m":
+            for path, role in _module_files(cwd, word):
+                yield trust.import_folder_problem(path, role) if path.is_dir() else trust.file_problem(path, role)
+            continue
+        for candidate in {word, word.partition("=")[2]} - {""}:
+            path = Path(candidate)
+            named_as_program = index == 0 and "/" in candidate
+            try:
+                code = path.is_file() and (
+                    named_as_program or candidate.endswith(_CODE_SUFFIXES) or os.access(path, os.X_OK)
+                )
+            except (OSError, ValueError):  # a word too long or holding a NUL is no file
+                continue
+            if code and (index > 0 or named_as_program):
+                yield trust.file_problem(path, "a file the `run` command runs")
+                if candidate.endswith(".py"):
+                    yield trust.import_folder_problem(path.parent, "the folder of a script `run` runs (on its path)")
 
 
 def code_problem(config: GateConfig, trust: Trust, cwd: Path) -> str | None:

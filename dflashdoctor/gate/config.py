@@ -161,6 +161,8 @@ def _read(path: Path) -> dict[str, Any]:
         raise BadInput(f"{path} is not valid TOML: {exc}") from None
     except RecursionError:  # arrays nested thousands deep
         raise BadInput(f"{path} is not a configuration: its values nest too deep") from None
+    except ValueError as exc:  # an integer past the 4,300 digits Python converts
+        raise BadInput(f"{path} is not a configuration: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ def left_running_finding(left: list[LeftRunningRecord], whose: str) -> Finding:
     named = "; ".join(f"pid {p.get('pid')}: {p.get('command')}" for p in left[:5]) + (" ..." if len(left) > 5 else "")
     return finding(
         "processes-left-running",
-        f"{len(left)} processes of {whose} still ran after it exited; dflashdoctor stopped them",
-        detail=f"Still running once {whose} had exited: {named}. They were sent SIGTERM, then SIGKILL.",
+        f"{len(left)} processes of {whose} still ran after it exited; dflashdoctor stopped what it may",
+        detail=f"Still running once {whose} had exited: {named}. Each this user may signal was sent "
+        "SIGTERM, then SIGKILL; another user's process is only named, unless this is root.",
         evidence={"left_running": left[:50]},
         fix="Have the program wait for (join) what it starts, or stop its background workers and daemons "
         "before it exits.",

@@ -51,6 +51,7 @@ class RunPart:
         return rank if isinstance(rank, int) else None
 
 
+_NAMED = 8  # parts named in a finding's words; its evidence keeps up to 64
 MAX_WORLD = 1 << 20  # more ranks than any job has run; a larger number in a part is damage
 RANK_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 
@@ -192,7 +193,9 @@ class RunNodesJudge(Judge):
             self._check(part.name, "fail", f"{part.record.get('host', '?')}: {_why_missing(part)}", "node-missing")
         if not unfinished and not absent:
             return
-        said = [f"{p.name} {_why_missing(p)}" for p in unfinished]
+        # a line per part, the first few only: the finding is shown at every check that names it
+        said = [f"{p.name} {_why_missing(p)}" for p in unfinished[:_NAMED]]
+        said += [f"and {len(unfinished) - _NAMED} more"] if len(unfinished) > _NAMED else []
         if absent:
             said.append(f"{absent} of {expected} nodes never started their part")
         self.findings.append(
@@ -200,7 +203,7 @@ class RunNodesJudge(Judge):
                 "node-missing",
                 f"{len(unfinished) + absent} of {expected} nodes' parts of the run are missing",
                 detail="; ".join(said) + ". What they saw is not in this report.",
-                evidence={"expected": expected, "unfinished": [p.name for p in unfinished], "absent": absent},
+                evidence={"expected": expected, "unfinished": [p.name for p in unfinished[:64]], "absent": absent},
                 fix="Look at that node's own output; `dflashdoctor merge DIR` merges again once its part is there.",
             )
         )
@@ -208,10 +211,11 @@ class RunNodesJudge(Judge):
     def _mixed(self) -> None:
         """Parts that cannot be one run: two for one node rank, or parts that disagree on the number
         of nodes or on the command (a shared folder reused by another run, or one node started twice)."""
-        ranks = Counter(p.record.get("node_rank") for p in self.parts if p.record.get("node_rank") is not None)
+        parts = [p for p in self.parts if not p.refused]  # a refused part's record was never read
+        ranks = Counter(p.record.get("node_rank") for p in parts if p.record.get("node_rank") is not None)
         twice = sorted(rank for rank, n in ranks.items() if n > 1)
-        sizes = sorted({p.record.get("nnodes") for p in self.parts} - {None})
-        commands = {_one_run(p.record.get("command") or []) for p in self.parts}
+        sizes = sorted({p.record.get("nnodes") for p in parts} - {None})
+        commands = {_one_run(p.record.get("command") or []) for p in parts}
         said = [f"node rank {r} has {ranks[r]} parts" for r in twice]
         said += [f"the parts say {' or '.join(map(str, sizes))} nodes"] if len(sizes) > 1 else []
         said += [f"the parts ran {len(commands)} different commands"] if len(commands) > 1 else []

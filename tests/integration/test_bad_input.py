@@ -4,6 +4,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import subprocess
+import sys
+
 import pytest
 
 from tests.paths import TARGETS
@@ -76,10 +82,6 @@ def test_damaged_input_is_exit_2_never_3(tmp_path, main_here):
 def test_a_target_that_returns_none_exits_or_raises_ctrl_c_is_target_raised(tmp_path):
     """The target's own behaviour is a finding about it (exit 1), not a crashed probe (exit 3); an
     import that exits is a failed import (exit 2, as one that raises)."""
-    import json
-    import subprocess
-    import sys
-
     (tmp_path / "targets.py").write_text(
         "import sys\n"
         "def returns_none(q, k, v, block_mask=None, enable_gqa=False):\n    return None\n"
@@ -119,3 +121,105 @@ def test_a_target_that_returns_none_exits_or_raises_ctrl_c_is_target_raised(tmp_
         timeout=300,
     )
     assert done.returncode == 2 and "failed: SystemExit: 5" in done.stderr and done.stderr.count("\n") == 1
+
+
+# --- a hostile pass's inputs that ended in exit 3, a hang or the wrong code (issue 42) ---
+
+
+def _huge_inputs(folder):
+    """(arguments, words its one line holds) for numbers past what Python converts, and files where a
+    model's config.json should be that would block or never end."""
+
+    (folder / "timeout.toml").write_text('probes = ["env"]\ntimeout = ' + "9" * 400 + "\n")
+    (folder / "vary.toml").write_text('probes = ["env"]\nvary = ' + "9" * 5000 + "\n")
+    repo = folder / "repo"
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text("x = " + "9" * 5000 + "\n")
+    for kind in ("fifo", "zero"):
+        (folder / kind).mkdir()
+        (folder / f"model-{kind}.toml").write_text(f'probes = ["trace-attention"]\nmodel = "{folder / kind}"\n')
+    os.mkfifo(folder / "fifo" / "config.json")
+    (folder / "zero" / "config.json").symlink_to("/dev/zero")
+    return [
+        (["gate", "--config", str(folder / "timeout.toml")], "timeout must be at most"),
+        (["gate", "--config", str(folder / "vary.toml")], "is not a configuration"),
+        (["init", str(repo), "--write"], "cannot be read"),
+        (["gate", "--config", str(folder / "model-fifo.toml")], "is a FIFO, not a regular file"),
+        (["gate", "--config", str(folder / "model-zero.toml")], "is a character device, not a regular file"),
+    ]
+
+
+def test_huge_numbers_and_blocking_model_configs_are_exit_2(tmp_path, main_here):
+    for args, words in _huge_inputs(tmp_path):
+        done = main_here(*args, "--report-dir", str(tmp_path / "r")) if args[0] == "gate" else main_here(*args)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and words in lines[0], (args, done.stderr[-500:])
+
+
+def _doctor_child(cwd, *args, **run):
+
+    return subprocess.run([sys.executable, "-m", "dflashdoctor", *args], cwd=cwd, timeout=300, **run)
+
+
+def test_closed_standard_streams_are_exit_2_not_3(tmp_path):
+    """`dflashdoctor ... --json >&-` raised AttributeError (exit 3); with stderr closed a refusal
+    exited 1, and the next file opened would have taken descriptor 2."""
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    closed_out = _doctor_child(
+        tmp_path, "lint", "a.py", "--json", "--report-dir", "r", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    assert closed_out.returncode == 0  # /dev/null as stdout: a normal run
+    shell = (
+        f"cd {tmp_path} && {{ {' '.join(_argv('lint', 'a.py', '--json', '--report-dir', 'r2'))} >&- ; echo out=$?; }}; "
+        f"{' '.join(_argv('show', 'missing.json'))} 2>&- ; echo err=$?"
+    )
+    codes = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=300)
+    assert "out=2" in codes.stdout and "err=2" in codes.stdout, codes.stdout + codes.stderr
+    assert "stdout is closed" in codes.stderr
+
+
+def _argv(*args):
+
+    return [shlex.quote(word) for word in (sys.executable, "-m", "dflashdoctor", *args)]
+
+
+def test_a_stdout_that_cannot_encode_the_marks_shows_escapes_not_a_crash(tmp_path):
+    """PYTHONIOENCODING=ascii (or LC_ALL=C without UTF-8 mode): ✘ and ✔ raised UnicodeEncodeError."""
+
+    (tmp_path / "a.py").write_text(
+        "from torch.nn.attention.flex_attention import flex_attention\nflex_attention(1, 2, 3)\n"
+    )
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    done = _doctor_child(tmp_path, "lint", "a.py", "--report-dir", "r", capture_output=True, env=env)
+    assert done.returncode == 1, done.stderr
+    assert b"\\u2718" in done.stdout and b"Traceback" not in done.stderr
+
+
+def test_show_refuses_a_duration_that_is_no_number(tmp_path, main_here):
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    assert main_here("lint", "a.py", "--report-dir", "r").returncode == 0
+    document = json.loads((tmp_path / "r" / "report.json").read_text())
+    for where, value in (("report", float("nan")), ("section", float("inf"))):
+        if where == "report":
+            document["duration_s"] = value
+        else:
+            document["duration_s"], document["results"][0]["duration_s"] = 1.0, value
+        (tmp_path / "bad.json").write_text(json.dumps(document))
+        done = main_here("show", "bad.json", "--format", "junit")
+        assert done.returncode == 2 and "not a finite number of seconds" in done.stderr, done.stderr
+
+
+def test_a_doctor_stopped_with_a_thread_that_never_returns_still_exits(tmp_path):
+    """SIGTERM left a gate running for 36 minutes: its main thread waited on a worker blocked reading
+    a FIFO. Stopped, the doctor gives its threads a grace period, then ends without them."""
+
+    script = (
+        "import threading, time\n"
+        "from dflashdoctor.cli import _exit_stopped\n"
+        "threading.Thread(target=time.sleep, args=(600,)).start()\n"
+        "_exit_stopped(143)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert done.returncode == 143

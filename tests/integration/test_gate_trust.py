@@ -99,7 +99,7 @@ def test_a_module_target_found_in_the_current_folder_is_checked_file_by_file(tmp
     (tmp_path / "pkg").chmod(0o777)
     (tmp_path / "dflashdoctor.toml").write_text('target = "pkg.attn:fn"\nprobes = ["check-compile"]\n')
     done = run_main_here(tmp_path, ["gate", "--report-dir", str(tmp_path / "r")])
-    _refused(done, "a package folder of the target", "can be written by everyone")
+    _refused(done, "it holds pkg, which can be written by everyone")
 
 
 def test_run_is_refused_in_a_current_folder_anyone_can_add_a_module_to(tmp_path, shared):
@@ -174,3 +174,66 @@ def test_a_config_with_both_top_level_keys_and_a_tool_table_is_refused(tmp_path)
     config.write_text('probes = ["env"]\n\n[tool.dflashdoctor]\nprobes = ["cache"]\n')
     done = run_main_here(tmp_path, ["gate", "--config", str(config), "--report-dir", str(tmp_path / "r")])
     _refused(done, "both [tool.dflashdoctor] and top-level keys (probes)")
+
+
+# --- found by the hostile pass after the first fixes ---
+
+
+def test_a_script_the_run_line_names_that_another_user_owns_is_refused(tmp_path, shared):
+    """Root's own folder and configuration, but `run = "python3 train.py"` where train.py is nobody's
+    (a tarball unpacked as root keeps its owners), or a script in nobody's folder by absolute path."""
+    marker = tmp_path / "ran"
+    (tmp_path / "train.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    os.chown(tmp_path / "train.py", 65534, 65534)
+    (tmp_path / "dflashdoctor.toml").write_text('probes = ["env"]\nrun = "python3 train.py --steps 2"\n')
+    done = run_main_here(tmp_path, ["gate", "--report-dir", str(tmp_path / "r")])
+    _refused(done, "train.py", "nobody (uid 65534)")
+    as_nobody(f"mkdir -m 755 {shared}/tools; printf 'print(1)\\n' > {shared}/tools/x.py")
+    os.chown(tmp_path / "train.py", 0, 0)
+    (tmp_path / "dflashdoctor.toml").write_text(f'probes = ["env"]\nrun = "python3 {shared}/tools/x.py"\n')
+    done = run_main_here(tmp_path, ["gate", "--report-dir", str(tmp_path / "r")])
+    _refused(done, "a file the `run` command runs", "nobody (uid 65534)")
+    assert not marker.exists()
+
+
+def test_a_module_another_user_owns_in_the_current_folder_is_neither_imported_nor_run(tmp_path):
+    """Root's own 755 folder holding nobody's torch.py: the folder's mode is fine, its module is not.
+    A probe leaves the folder off its path; `run` there is refused."""
+    marker = tmp_path / "imported"
+    (tmp_path / "torch.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    os.chown(tmp_path / "torch.py", 65534, 65534)
+    (tmp_path / "dflashdoctor.toml").write_text('probes = ["env"]\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "dflashdoctor", "gate", "--report-dir", str(tmp_path / "r"), "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0 and not marker.exists(), done.stderr[-2000:]
+    (tmp_path / "dflashdoctor.toml").write_text('probes = ["env"]\nrun = "python3 -c pass"\n')
+    refused = run_main_here(tmp_path, ["gate", "--report-dir", str(tmp_path / "r2")])
+    _refused(refused, "it holds torch.py, which belongs to nobody (uid 65534)")
+
+
+def test_trusting_another_users_link_does_not_trust_where_it_points(tmp_path, shared):
+    """nobody's `root -> /` link given to --trust: trusting it must not trust all of /."""
+    as_nobody(
+        f"mkdir -m 755 {shared}/nob {shared}/nob/cfg; ln -s / {shared}/nob/root; "
+        f"printf 'probes = [\"env\"]\\n' > {shared}/nob/cfg/c.toml"
+    )
+    done = run_main_here(
+        tmp_path,
+        [
+            "gate",
+            "--config",
+            f"{shared}/nob/cfg/c.toml",
+            "--trust",
+            f"{shared}/nob/root",
+            "--report-dir",
+            str(tmp_path / "r"),
+        ],
+    )
+    _refused(done, "c.toml", "nobody (uid 65534)")
+    empty = run_main_here(tmp_path, ["gate", "--trust", "", "--report-dir", str(tmp_path / "r")])
+    _refused(empty, "an empty path names nothing")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -274,3 +275,28 @@ def test_a_link_in_the_repository_is_not_followed_by_the_scan(tmp_path, main_her
     (repo / "linked").symlink_to(outside, target_is_directory=True)
     said = main_here("init", str(repo)).stdout
     assert "secret_token_abc" not in said
+
+
+TRAINER = 'import torch\n\nif __name__ == "__main__":\n    loss.backward()\n'
+
+
+@pytest.mark.parametrize("name", ["my train.py", "-c__import__('os').system('id')#.py"], ids=["space", "option"])
+def test_the_run_line_names_the_trainer_as_one_word_the_gate_splits_back(tmp_path, main_here, name):
+    """`run = "python3 my train.py"` made the gate run `my`; a file named `-c...py` made it run the
+    code in the name. The gate splits `run` as a shell would: it must give the file back."""
+    (tmp_path / name).write_text(TRAINER)
+    printed = main_here("init", str(tmp_path))
+    words = shlex.split(tomllib.loads(printed.stdout)["tool"]["dflashdoctor"]["run"])
+    assert words[0] == "python3" and len(words) == 2 and (tmp_path / words[1]).resolve() == (tmp_path / name)
+    assert not words[1].startswith("-")
+
+
+def test_secrets_in_a_launch_line_are_not_copied_into_the_table(tmp_path, main_here):
+    (tmp_path / "launch.sh").write_text(
+        "#!/bin/sh\nWANDB_API_KEY=abcdef0123456789 torchrun train.py --wandb-key s3cr3tvalue "
+        "--password=hunter2hunter2 --db postgres://u:pa/ss@db/x\n"
+    )
+    said = main_here("init", str(tmp_path)).stdout
+    assert "a launch line at launch.sh:2" in said and "torchrun train.py" in said
+    for secret in ("abcdef0123456789", "s3cr3tvalue", "hunter2hunter2", "pa/ss"):
+        assert secret not in said, secret

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from dflashdoctor.report_folder import held
 from tests.conftest import as_nobody, run_main_here
 
 RAW = """from torch.nn.attention.flex_attention import flex_attention
@@ -75,21 +76,21 @@ def test_sarif_to_stdout_is_the_sarif_alone_and_the_terminal_report_goes_to_stde
     assert os.path.islink("/dev/stdout") and os.readlink("/dev/stdout") == link
 
 
-def test_sarif_to_stdout_redirected_to_a_file_appends_where_stdout_stands(tmp_path, source):
-    """`dflashdoctor ... --sarif /dev/stdout > out.log`: the SARIF lands in out.log after what was
-    written there before, not over it from offset 0."""
+@pytest.mark.parametrize(
+    "name",
+    ["/dev/stdout", "two-links.sarif", "/proc/self/fd/../fd/1", "/dev/fd/../fd/1", "/proc/self/fd/../../self/fd/1"],
+)
+def test_sarif_to_stdout_redirected_to_a_file_appends_where_stdout_stands(tmp_path, source, name):
+    """`dflashdoctor ... --sarif /dev/stdout >> ci.log`: the SARIF lands in ci.log after what was
+    written there before, never renamed over it, by any spelling (a link to a link to /dev/stdout,
+    or a path through /proc that is no literal /dev/stdout, replaced ci.log before)."""
+    (tmp_path / "one-link.sarif").symlink_to("/dev/stdout")
+    (tmp_path / "two-links.sarif").symlink_to("one-link.sarif")
     log = tmp_path / "out.log"
     log.write_text("before\n")
     with open(log, "a") as handle:
         run = _doctor(
-            "lint",
-            str(source),
-            "--sarif",
-            "/dev/stdout",
-            "--report-dir",
-            str(tmp_path / "r"),
-            cwd=tmp_path,
-            stdout=handle,
+            "lint", str(source), "--sarif", name, "--report-dir", str(tmp_path / "r"), cwd=tmp_path, stdout=handle
         )
     assert run.returncode == 1, run.stderr
     text = log.read_text()
@@ -210,3 +211,34 @@ def test_a_second_command_given_a_report_folder_still_in_use_is_refused(tmp_path
         first.wait(timeout=120)
     later = run_main_here(tmp_path, ["lint", str(tmp_path), "--report-dir", str(report)])
     assert later.returncode in (0, 1), later.stderr  # once the first has ended, the folder is free again
+
+
+def test_an_empty_report_dir_is_refused_not_taken_for_the_current_folder(tmp_path, source):
+    """`--report-dir "$OUT"` with OUT unset: Path("") is ".", and the report replaced the user's own
+    report.md and junit.xml in the current folder."""
+    (tmp_path / "report.md").write_text("mine\n")
+    run = run_main_here(tmp_path, ["lint", str(source), "--report-dir", ""])
+    _one_line_refusal(run, "an empty path names nothing")
+    assert (tmp_path / "report.md").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("folder", ["/proc/self/fd", "/sys/kernel", "/sys/kernel/not/made"])
+def test_a_report_folder_nothing_can_be_made_in_is_refused_before_anything_runs(tmp_path, source, folder):
+    """Root's permission bits say yes on /proc and /sys: the check makes a file there to know."""
+    run = run_main_here(tmp_path, ["lint", str(source), "--report-dir", folder])
+    _one_line_refusal(run, "cannot be written by this user")
+
+
+def test_an_empty_folder_made_for_a_stopped_command_is_removed_only_if_still_the_one_made(tmp_path, shared):
+    """held() removes the report folder it made when the command stops before its report. Through a
+    folder nobody owns, nobody swapped the way to it for a link to root's own folder: root's was
+    removed. Now the removal goes through the parent reached again without nobody's links."""
+    as_nobody(f"mkdir -m 755 {shared}/nobp {shared}/nobp/mid")
+    victim = tmp_path / "victim"
+    (victim / "rep").mkdir(parents=True)
+    target = shared / "nobp" / "mid" / "rep"
+    with pytest.raises(RuntimeError), held(target):
+        as_nobody(f"mv {shared}/nobp/mid {shared}/nobp/mid.old; ln -s {victim} {shared}/nobp/mid")
+        raise RuntimeError("stopped before its report")
+    assert (victim / "rep").is_dir()
+    assert (shared / "nobp" / "mid.old" / "rep").is_dir()  # the one made, left where nobody moved it
