@@ -53,7 +53,15 @@ class Lineage:
 
 def _proven(lineage: Lineage, table: dict[int, Entry]) -> set[int]:
     """The live processes the kernel records as the child's descendants, of any user."""
+    # A group or session id names the child's only while no other process holds its number: the
+    # kernel hands out a pid again only once no process is in a group or session of that number, so
+    # a running process with that pid (not the launcher, the doctor's own; a zombie is the child
+    # itself, whose number cannot be taken before it is reaped) is a new one
+    # that took the freed number, and what is in its group or session is its own. With pid_max at
+    # 32768 this happened within the settle time of a probe that had just ended: a probe started at
+    # once by another gate got the number, and was killed as the first one's leftover.
     ids = {lineage.group, lineage.session} - {0, 1}
+    ids = {number for number in ids if number not in table or not table[number].running or number == lineage.root}
     found = {entry.pid for entry in table.values() if entry.running and (entry.group in ids or entry.session in ids)}
     below = descendants(lineage.root, table) if lineage.root > 1 else set()
     found |= below

@@ -33,13 +33,15 @@ def seconds_problem(value: object, name: str, *, zero_means: str | None = None) 
     subject = f"{name} " if name else ""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"{subject}must be a number of seconds, not {_shown(value)}"
-    if isinstance(value, int) and abs(value) > MAX_SECONDS:
+    if isinstance(value, int) and value > MAX_SECONDS:  # before any float(): 10**400 has none
         return f"{subject}must be at most {MAX_SECONDS} seconds, not {_shown(value)}"
     if math.isnan(value) or math.isinf(value):
         off = f" (0 {zero_means})" if zero_means else ""
         return f"{subject}must be a finite number of seconds, not {value}{off}"
     if value < 0 or (value == 0 and not zero_means):
-        return f"{subject}must be {'0 or more' if zero_means else 'above 0'} seconds, not {value}"
+        return f"{subject}must be {'0 or more' if zero_means else 'above 0'} seconds, not {_shown(value)}"
+    if value > MAX_SECONDS:
+        return f"{subject}must be at most {MAX_SECONDS} seconds, not {value}"
     return None
 
 

@@ -291,7 +291,7 @@ def test_unreadable_root_exits_2(tmp_path):
     root.mkdir(mode=0)
     run = run_cli(tmp_path, "cache", "check", "--triton-dir", str(root), prefix=prefix)
     assert run.code == 2, run.stdout + run.stderr
-    assert run.stderr.strip() == f"dflashdoctor: Invalid value for '--triton-dir': path '{root}' is not readable."
+    assert run.stderr.strip() == f"dflashdoctor: --triton-dir {root} cannot be read by this user"
 
 
 def test_unreadable_entries_are_reported_and_left_in_place(tmp_path):

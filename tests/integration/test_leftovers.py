@@ -79,22 +79,27 @@ def test_another_users_process_carrying_the_marker_is_not_ours():
 
 
 def test_another_users_process_in_the_childs_session_is_the_childs_and_root_stops_it():
-    """A session is joined only by being started in it: a process of nobody's there (the child
-    dropped privileges for it) is the child's descendant, found without any marker, and stopped."""
+    """A session is joined only by being started in it: a process of nobody's left there by the child
+    (which dropped privileges for it, then exited) is the child's descendant, found without any
+    marker, and stopped."""
     if os.geteuid() != 0:
         pytest.skip("starting a process as another user needs root")
     leader = subprocess.Popen(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "-i", "sleep", "316"],
+        ["sh", "-c", "setpriv --reuid=65534 --regid=65534 --clear-groups env -i sleep 316 &"],
         start_new_session=True,
     )
+    assert leader.wait(timeout=30) == 0  # the child has ended: what is left in its session is its leftover
+    left: list[int] = []
     try:
-        _wait_until(lambda: "sleep 316" in command_of(leader.pid))
-        assert still_running(_by(0, session=leader.pid)) == {leader.pid}
-        assert stop_leftovers(_by(0, session=leader.pid), settle_s=0) == [{"pid": leader.pid, "command": "sleep 316"}]
-        assert leader.wait(timeout=30) == -15
+        _wait_until(lambda: any(command_of(pid) == "sleep 316" for pid in still_running(_by(0, session=leader.pid))))
+        left = sorted(still_running(_by(0, session=leader.pid)))
+        assert [command_of(pid) for pid in left] == ["sleep 316"]
+        assert stop_leftovers(_by(0, session=leader.pid), settle_s=0) == [{"pid": left[0], "command": "sleep 316"}]
+        _wait_until(lambda: not running(left[0]))
     finally:
-        leader.kill()
-        leader.wait()
+        for pid in left:
+            if running(pid) and command_of(pid) == "sleep 316":
+                os.kill(pid, 9)
 
 
 def test_the_tree_below_a_root_is_the_childs_and_the_root_is_not():
@@ -106,7 +111,8 @@ def test_the_tree_below_a_root_is_the_childs_and_the_root_is_not():
     )
     sibling = subprocess.Popen(["sleep", "318"], start_new_session=True)
     try:
-        _wait_until(lambda: any("sleep 317" in command_of(pid) for pid in still_running(_by(0, root=root.pid))))
+        # the command itself, once exec'd: before that the daemon's pid still runs `setsid env -i ...`
+        _wait_until(lambda: any(command_of(pid) == "sleep 317" for pid in still_running(_by(0, root=root.pid))))
         (daemon,) = still_running(_by(0, root=root.pid))
         assert command_of(daemon) == "sleep 317" and root.pid != daemon
         assert stop_leftovers(_by(0, root=root.pid), settle_s=0) == [{"pid": daemon, "command": "sleep 317"}]
@@ -213,3 +219,18 @@ def test_a_killed_leftover_left_a_zombie_by_its_parent_counts_as_ended():
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_group_and_session_whose_number_was_taken_again_are_not_the_childs():
+    """A probe ends; with pid_max at 32768 its number was handed out again within the settle time, to
+    the session leader of a probe another gate started, which was then killed as the first one's
+    leftover (a gate's env probe, SIGKILL, in the full suite on two workers). A running process
+    that holds the number is a new one, and what is in its group or session is its own."""
+    taken = subprocess.Popen(["sleep", "319"], start_new_session=True)
+    try:
+        lineage = Lineage("DFLASHDOCTOR_PROBE_ID=never-set", group=taken.pid, session=taken.pid)
+        assert still_running(lineage) == set()
+        assert stop_leftovers(lineage, settle_s=0) == [] and taken.poll() is None
+    finally:
+        taken.kill()
+        taken.wait()

@@ -21,7 +21,7 @@ from dflashdoctor import cli_options
 from dflashdoctor.commands import check_compile, race, trace_attention
 from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.config import GateConfig, load_config
-from dflashdoctor.limits import MAX_STEPS, MAX_TRIALS, MAX_VARY
+from dflashdoctor.limits import MAX_SECONDS, MAX_STEPS, MAX_TRIALS, MAX_VARY
 from dflashdoctor.lint.facts import file_facts, thread_facts
 from dflashdoctor.shapes import MAX_SIZE
 
@@ -196,9 +196,10 @@ def test_seconds_options(zero_means):
         try:
             assert check(value) == value
         except typer.BadParameter:
-            assert not math.isfinite(value) or value < 0 or (value == 0 and zero_means is None)
+            too_long = math.isfinite(value) and value > MAX_SECONDS
+            assert not math.isfinite(value) or value < 0 or (value == 0 and zero_means is None) or too_long
             return
-        assert math.isfinite(value) and (value > 0 or (value == 0 and zero_means))
+        assert math.isfinite(value) and (value > 0 or (value == 0 and zero_means)) and value <= MAX_SECONDS
 
     seconds()
 
