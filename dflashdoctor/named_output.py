@@ -2,8 +2,9 @@
 
 What is at the name decides how it is written, and nothing there that is not a regular file is ever
 renamed over:
-- `-`, `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N`: written to that descriptor of
-  this process, as a stream (a CI habit: `--sarif /dev/stdout | upload`).
+- `-`, and whatever path leads to one of this process's descriptors in /proc (`/dev/stdout`,
+  `/dev/fd/N`, a link to a link to either, `/proc/self/fd/../fd/1`): written to that descriptor, as a
+  stream (a CI habit: `--sarif /dev/stdout | upload`), never renamed over the file behind it.
 - a character device (`/dev/null`) or a FIFO of this user's with a reader: written in place, as a
   stream (renaming a file over `/dev/null` would leave the machine without one).
 - nothing, or a regular file of this user's: made under a random name in the same folder and then
