@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -38,7 +39,7 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.hostfile import nodes_of
 from dflashdoctor.output import destination_problem, emit, new_report_dir, stdout_conflict
 from dflashdoctor.registry import PROBES
-from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE
+from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE, Report
 from dflashdoctor.report_folder import held
 from dflashdoctor.safe_text import encodable, without_controls
 from dflashdoctor.session import run_probe_command
@@ -61,12 +62,37 @@ def _argv() -> list[str]:
     return ["dflashdoctor", *sys.argv[1:]]
 
 
+def _reported(
+    make: Callable[[], Report],
+    report_dir: Path | None,
+    json_output: bool,
+    verbose: bool,
+    *,
+    junit: Path | None = None,
+    sarif: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """A command's report made and put where it goes, its exit code returned: stdout claimed by one
+    document at most, and the report folder the user named held by this command alone meanwhile
+    (report_folder.held), both settled before anything runs."""
+    stdout_conflict(json_output, junit=junit, sarif=sarif)
+    with held(report_dir):
+        return emit(
+            make(),
+            json_output=json_output,
+            report_dir=report_dir,
+            verbose=verbose,
+            junit=junit,
+            sarif=sarif,
+            environ=environ,
+        )
+
+
 def _probe(name: str, options: object, json_output: bool, report_dir: Path | None, verbose: bool) -> None:
     """Run one command's probe (looked up in the registry), show or write its report, exit with its code."""
-    with held(report_dir):
-        report = run_probe_command(PROBES[name], options, _argv())
-        code = emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose)
-    raise typer.Exit(code)
+    raise typer.Exit(
+        _reported(lambda: run_probe_command(PROBES[name], options, _argv()), report_dir, json_output, verbose)
+    )
 
 
 def _show_version(value: bool) -> None:
@@ -240,18 +266,9 @@ def gate_command(
         nodes=nodes,
         trust=trust or [],
     )
-    stdout_conflict(json_output, junit=junit, sarif=sarif)
-    with held(report_dir):
-        report = gate(options, _argv())
-        code = emit(
-            report,
-            json_output=json_output,
-            report_dir=report_dir,
-            verbose=verbose,
-            junit=junit,
-            sarif=sarif,
-            environ=os.environ,
-        )
+    code = _reported(
+        lambda: gate(options, _argv()), report_dir, json_output, verbose, junit=junit, sarif=sarif, environ=os.environ
+    )
     raise typer.Exit(code)
 
 
@@ -288,10 +305,9 @@ def lint_command(
 ) -> None:
     """The flex_attention patterns that make a long run dense, at file and line: raw calls, wrappers
     compiled without Inductor or rebound, mask mods reading rebound globals. Reads source only."""
-    stdout_conflict(json_output, sarif=sarif)
-    with held(report_dir):
-        report = lint(LintOptions(paths=paths or [Path(".")]), _argv())
-        code = emit(report, json_output=json_output, report_dir=report_dir, verbose=verbose, sarif=sarif)
+    code = _reported(
+        lambda: lint(LintOptions(paths=paths or [Path(".")]), _argv()), report_dir, json_output, verbose, sarif=sarif
+    )
     raise typer.Exit(code)
 
 

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dflashdoctor.placed_files import kind_of
-from dflashdoctor.safe_fs import user_name
-from dflashdoctor.safe_paths import Located, PathRefused, in_proc, locate, resolve_links, trusted_uids
+from dflashdoctor.report_folder import can_make_in, makeable_problem
+from dflashdoctor.safe_fs import trusted_uids, user_name
+from dflashdoctor.safe_paths import Located, PathRefused, in_proc, locate, resolve_links
 
 STDOUT = "-"
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -141,14 +142,14 @@ def problem(path: Path | str) -> str | None:
     except OutputRefused as exc:
         return str(exc)
     except FileNotFoundError:
-        return _missing_folder_problem(Path(path))
+        return makeable_problem(Path(path).parent)
     except OSError as exc:
         return f"cannot write {os.fspath(path)}: {exc.strerror or exc}"
     try:
         located = found.located
         if found.kind != "file" or located is None:
             return None
-        if not os.access(".", os.W_OK | os.X_OK, dir_fd=located.fd):
+        if not can_make_in(located.fd):  # root's permission bits say yes on /sys or a read-only mount
             return f"{located.shown} cannot be written by this user"
         if _exists(located) and not os.access(located.name, os.W_OK, dir_fd=located.fd):
             return f"{os.fspath(path)} cannot be written by this user"
@@ -163,19 +164,6 @@ def _exists(located: Located) -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-def _missing_folder_problem(path: Path) -> str | None:
-    """A folder on the way is missing: the nearest one that exists must be a folder this user can
-    write, where the missing ones will be made."""
-    existing = path.parent
-    while not os.path.lexists(existing) and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is not a folder"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing} cannot be written by this user"
-    return None
 
 
 def write(path: Path | str, text: str) -> None:

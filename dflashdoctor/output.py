@@ -3,10 +3,8 @@ CI asks for. Every output starts from the report made encodable (safe_text.py)."
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import secrets
 import stat
 import sys
 from collections.abc import Mapping
@@ -23,8 +21,7 @@ from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.render.terminal import render_terminal
 from dflashdoctor.report import Report
-from dflashdoctor.report_folder import ReportFolder, unsafe_reason
-from dflashdoctor.safe_paths import open_folder
+from dflashdoctor.report_folder import ReportFolder, makeable_problem, unsafe_reason
 from dflashdoctor.safe_text import encodable_report
 
 DEFAULT_REPORTS = Path("reports")
@@ -42,39 +39,9 @@ def destination_problem(path: Path | None, *, folder: bool = True) -> str | None
         unsafe = _unsafe_folder(path)
         if unsafe:
             return unsafe
-    existing = path
-    while not os.path.lexists(existing) and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return (
-            f"{existing} is not a folder"
-            if existing != path
-            else f"{path} is {kind_of(os.stat(path).st_mode)}, not a folder"
-        )
-    try:
-        fd = open_folder(existing)
-    except OSError as exc:
-        return f"cannot reach {path}: {exc.strerror or exc}"
-    try:
-        return None if _can_make_in(fd) else f"{existing} cannot be written by this user"
-    finally:
-        os.close(fd)
-
-
-def _can_make_in(folder_fd: int) -> bool:
-    """Whether a file can be made in the open folder, found by making one (a random name, O_EXCL,
-    removed at once): permission bits say yes for root on /proc or /sys, where nothing can be made,
-    and on a read-only mount."""
-    name = f".dflashdoctor-can-write.{secrets.token_hex(8)}"
-    try:
-        os.close(
-            os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
-        )
-    except OSError:
-        return False
-    with contextlib.suppress(OSError):
-        os.unlink(name, dir_fd=folder_fd)
-    return True
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return f"{path} is {kind_of(os.stat(path).st_mode)}, not a folder"
+    return makeable_problem(path)
 
 
 def _unsafe_folder(path: Path) -> str | None:

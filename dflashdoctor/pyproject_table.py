@@ -26,8 +26,7 @@ from typing import Any
 from dflashdoctor.errors import BadInput
 from dflashdoctor.lint.sources import SOURCE_BYTES
 from dflashdoctor.placed_files import PlacedFileError, read_placed
-from dflashdoctor.safe_fs import user_name
-from dflashdoctor.safe_paths import trusted_uids
+from dflashdoctor.safe_fs import trusted_uids, user_name
 
 NAME = "pyproject.toml"
 

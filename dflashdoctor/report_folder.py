@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dflashdoctor.errors import BadInput
-from dflashdoctor.safe_fs import PRIVATE_FOLDER, open_child_folder, user_name
+from dflashdoctor.safe_fs import PRIVATE_FOLDER, open_child_folder, others_can_write, trusted_uids, user_name
 from dflashdoctor.safe_paths import open_folder
 
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -30,13 +30,13 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 def unsafe_reason(info: os.stat_result) -> str | None:
     """Why a folder may not be written into: owned by another user, or open to others' renames."""
-    me = os.geteuid()
-    if info.st_uid not in (me, 0):
-        return f"owned by {user_name(info.st_uid)}, not by {user_name(me)}, who runs this"
-    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+    if info.st_uid not in trusted_uids():
+        return f"owned by {user_name(info.st_uid)}, not by {user_name(os.geteuid())}, who runs this"
+    writers = others_can_write(info)
+    if writers and not info.st_mode & stat.S_ISVTX:
         return (
-            f"writable by others (mode {stat.S_IMODE(info.st_mode):o}) without the sticky bit: they could replace "
-            "what is written there (chmod go-w, or chmod +t for a shared folder)"
+            f"writable by {writers} (mode {stat.S_IMODE(info.st_mode):o}) without the sticky bit: they could "
+            "replace what is written there (chmod go-w, or chmod +t for a shared folder)"
         )
     return None
 
@@ -137,6 +137,41 @@ def _remove_made(folder: ReportFolder) -> None:
             os.rmdir(folder.path.name, dir_fd=parent)
     finally:
         os.close(parent)
+
+
+def can_make_in(folder_fd: int) -> bool:
+    """Whether a file can be made in the open folder, found by making one (a random name, O_EXCL,
+    removed at once): permission bits say yes for root on /proc or /sys, where nothing can be made,
+    and on a read-only mount."""
+    name = f".dflashdoctor-can-write.{secrets.token_hex(8)}"
+    try:
+        os.close(
+            os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
+        )
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        os.unlink(name, dir_fd=folder_fd)
+    return True
+
+
+def makeable_problem(path: Path) -> str | None:
+    """Why `path` (a folder, made with its missing parents if need be) could not be made or written:
+    the nearest part of it that exists must be a folder, reached without another user's link, in
+    which something can be made. Said before any probe runs."""
+    existing = path
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    try:
+        fd = open_folder(existing)
+    except OSError as exc:
+        return f"cannot reach {path}: {exc.strerror or exc}"
+    try:
+        return None if can_make_in(fd) else f"{existing} cannot be written by this user"
+    finally:
+        os.close(fd)
 
 
 def write_in(dir_fd: int, name: str, data: bytes, mode: int) -> None:

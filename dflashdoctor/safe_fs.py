@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import grp
 import os
 import pwd
 import stat
@@ -42,6 +44,44 @@ def user_name(uid: int) -> str:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except (KeyError, OverflowError):
         return f"uid {uid}"
+
+
+def trusted_uids() -> frozenset[int]:
+    """Whose files and links are this user's own: this user and root, and as root under sudo the
+    user who ran it (as git's safe.directory check has it; the environment is the caller's)."""
+    me = os.geteuid()
+    uids = {me, 0}
+    sudo = os.environ.get("SUDO_UID", "")
+    if me == 0 and sudo.isascii() and sudo.isdigit() and len(sudo) < 11:
+        uids.add(int(sudo))
+    return frozenset(uids)
+
+
+@functools.lru_cache(maxsize=64)
+def _private_group(gid: int, owner: int) -> bool:
+    """A user private group: named as its owner, no one else in it or having it as their own."""
+    try:
+        group = grp.getgrgid(gid)
+        name = pwd.getpwuid(owner).pw_name
+    except (KeyError, OverflowError):
+        return False
+    if group.gr_name != name or any(member != name for member in group.gr_mem):
+        return False
+    return all(user.pw_name == name for user in pwd.getpwall() if user.pw_gid == gid)
+
+
+def others_can_write(info: os.stat_result) -> str | None:
+    """Who besides its owner can write it, in words; None when no one. Its group counts unless it is
+    the owner's private group, as ssh and git judge a file's group."""
+    mode = info.st_mode
+    if mode & 0o002:
+        return "everyone"
+    if mode & 0o020 and not _private_group(info.st_gid, info.st_uid):
+        try:
+            return f"the group {grp.getgrgid(info.st_gid).gr_name}"
+        except KeyError:
+            return f"the group {info.st_gid}"
+    return None
 
 
 def untrusted_reason(info: os.stat_result) -> str | None:

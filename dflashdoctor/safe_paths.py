@@ -18,7 +18,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dflashdoctor.safe_fs import user_name
+from dflashdoctor.safe_fs import trusted_uids, user_name
 
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
@@ -39,17 +39,6 @@ class PathRefused(OSError):
 
     def __str__(self) -> str:
         return f"{self.path} {self.reason}"
-
-
-def trusted_uids() -> frozenset[int]:
-    """Whose files and links are this user's own: this user and root, and as root under sudo the
-    user who ran it (as git's safe.directory check has it; the environment is the caller's)."""
-    me = os.geteuid()
-    uids = {me, 0}
-    sudo = os.environ.get("SUDO_UID", "")
-    if me == 0 and sudo.isdecimal() and len(sudo) < 11:
-        uids.add(int(sudo))
-    return frozenset(uids)
 
 
 @dataclass

@@ -22,74 +22,37 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
-import grp
 import importlib.machinery
 import itertools
 import os
-import pwd
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dflashdoctor.safe_fs import user_name
-from dflashdoctor.safe_paths import PathRefused, locate, open_folder, resolve_links, trusted_uids
+from dflashdoctor.safe_fs import others_can_write, trusted_uids, user_name
+from dflashdoctor.safe_paths import PathRefused, locate, open_folder, resolve_links
 
 TRUST_HINT = "pass --trust PATH (or list it in `trust` of your own configuration) if you trust whoever can change it"
 
 
-@functools.lru_cache(maxsize=64)
-def _private_group(gid: int, owner: int) -> bool:
-    """A user private group: named as its owner, no one else in it or having it as their own."""
-    try:
-        group = grp.getgrgid(gid)
-        name = pwd.getpwuid(owner).pw_name
-    except (KeyError, OverflowError):
-        return False
-    if group.gr_name != name or any(member != name for member in group.gr_mem):
-        return False
-    return all(user.pw_name == name for user in pwd.getpwall() if user.pw_gid == gid)
-
-
-def _others_write(info: os.stat_result) -> str | None:
-    """Who besides the owner can write it, in words; None when no one."""
-    mode = info.st_mode
-    if mode & 0o002:
-        return "everyone"
-    if mode & 0o020 and not _private_group(info.st_gid, info.st_uid):
-        try:
-            return f"the group {grp.getgrgid(info.st_gid).gr_name}"
-        except KeyError:
-            return f"the group {info.st_gid}"
-    return None
-
-
-def _owner_problem(info: os.stat_result) -> str | None:
+def _loose(info: os.stat_result, *, sticky_ok: bool) -> str | None:
+    """Why what `info` describes is not this user's alone, as a predicate ("belongs to nobody",
+    "can be written by everyone (mode 777)"); `sticky_ok`: a sticky folder others can write is
+    fine (they may add names, not replace this user's)."""
     if info.st_uid not in trusted_uids():
         return f"belongs to {user_name(info.st_uid)}"
-    return None
+    writers = others_can_write(info)
+    if not writers or (sticky_ok and info.st_mode & stat.S_ISVTX):
+        return None
+    sticky = ", not sticky" if sticky_ok else ""
+    return f"can be written by {writers} (mode {stat.S_IMODE(info.st_mode):o}{sticky})"
 
 
 def folder_on_the_way(_shown: str, info: os.stat_result) -> str | None:
     """A folder a trusted file sits below: this user's or root's, and no one else may rename in it
     (sticky, or not writable by others). Said of the folder, which safe_paths names."""
-    owner = _owner_problem(info)
-    if owner:
-        return owner
-    writers = _others_write(info)
-    if writers and not info.st_mode & stat.S_ISVTX:
-        return f"can be written by {writers} (mode {stat.S_IMODE(info.st_mode):o}, not sticky)"
-    return None
-
-
-def _import_folder_problem(info: os.stat_result) -> str | None:
-    """A folder searched for modules by name: no one else may add one to it, sticky or not."""
-    owner = _owner_problem(info)
-    if owner:
-        return owner
-    writers = _others_write(info)
-    return f"can be written by {writers} (mode {stat.S_IMODE(info.st_mode):o})" if writers else None
+    return _loose(info, sticky_ok=True)
 
 
 @dataclass(frozen=True)
@@ -205,10 +168,7 @@ def _file_reason(path: Path) -> str | None:
         located.close()
     if not stat.S_ISREG(info.st_mode):
         return None
-    writers = _others_write(info)
-    problem = _owner_problem(info) or (
-        f"can be written by {writers} (mode {stat.S_IMODE(info.st_mode):o})" if writers else None
-    )
+    problem = _loose(info, sticky_ok=False)
     return f"it {problem}" if problem else None
 
 
@@ -221,7 +181,7 @@ def _folder_reason(folder: Path) -> str | None:
     except OSError as exc:
         return f"it cannot be reached ({exc.strerror or exc})"
     try:
-        problem = _import_folder_problem(os.fstat(fd))
+        problem = _loose(os.fstat(fd), sticky_ok=False)  # in a sticky folder too, anyone may add a name
         if problem:
             return f"it {problem}, so anyone could add a module that would be imported"
         return _foreign_module(fd)
@@ -235,15 +195,21 @@ _ENTRIES_LOOKED_AT = 100_000
 
 def _foreign_module(folder_fd: int) -> str | None:
     """A module or package folder at the top of the folder that another user owns or can change:
-    `import torch` there imports their `torch.py` (or `torch/`, which they can fill) first."""
+    `import torch` there imports their `torch.py` (or `torch/`, which they can fill) first. A link
+    there is judged with what it leads to (a link of root's to another user's file is their code)."""
     with os.scandir(folder_fd) as entries:
         for entry in itertools.islice(entries, _ENTRIES_LOOKED_AT):
             with contextlib.suppress(OSError):
-                if not (entry.name.endswith(_MODULE_SUFFIXES) or entry.is_dir(follow_symlinks=False)):
+                if not (entry.name.endswith(_MODULE_SUFFIXES) or entry.is_dir()):
                     continue
-                info = entry.stat(follow_symlinks=False)
-                writers = _others_write(info)
-                if info.st_uid not in trusted_uids() or (writers and not stat.S_ISLNK(info.st_mode)):
-                    whose = _owner_problem(info) or f"can be written by {writers}"
-                    return f"it holds {entry.name}, which {whose}: importing that name would run it"
+                link = entry.is_symlink()
+                problem = (_owner_link(entry.stat(follow_symlinks=False)) if link else None) or _loose(
+                    entry.stat(), sticky_ok=False
+                )
+                if problem:
+                    return f"it holds {entry.name}, which {problem}: importing that name would run it"
     return None
+
+
+def _owner_link(info: os.stat_result) -> str | None:
+    return None if info.st_uid in trusted_uids() else f"is a link made by {user_name(info.st_uid)}"

@@ -17,7 +17,7 @@ from dflashdoctor.lint.facts import file_facts, thread_facts
 from dflashdoctor.lint.rules import judge_file
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.report import Check, ProbeResult, Report
-from dflashdoctor.safe_paths import trusted_uids
+from dflashdoctor.safe_fs import trusted_uids
 from dflashdoctor.session import finish, new_report
 
 _NEEDLE = b"flex_attention"

@@ -24,8 +24,8 @@ from typing import Any
 from dflashdoctor.placed_files import MIB, read_placed
 from dflashdoctor.redaction import redact_argv
 from dflashdoctor.report_folder import ReportFolder
-from dflashdoctor.safe_fs import closing, open_child_folder, refused_because, user_name
-from dflashdoctor.safe_paths import open_folder, trusted_uids
+from dflashdoctor.safe_fs import closing, open_child_folder, refused_because, trusted_uids, user_name
+from dflashdoctor.safe_paths import open_folder
 
 PART_FILE = "node.json"
 _PART_FILE_BYTES = 64 * MIB  # node.json is bytes, a report.json a few megabytes

@@ -214,6 +214,13 @@ def test_a_module_another_user_owns_in_the_current_folder_is_neither_imported_no
     (tmp_path / "dflashdoctor.toml").write_text('probes = ["env"]\nrun = "python3 -c pass"\n')
     refused = run_main_here(tmp_path, ["gate", "--report-dir", str(tmp_path / "r2")])
     _refused(refused, "it holds torch.py, which belongs to nobody (uid 65534)")
+    # the next variant: root's own link there, to a module nobody owns, is nobody's code all the same
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (tmp_path / "torch.py").rename(theirs / "helper.py")
+    (tmp_path / "helper.py").symlink_to(theirs / "helper.py")
+    refused = run_main_here(tmp_path, ["gate", "--report-dir", str(tmp_path / "r3")])
+    _refused(refused, "it holds helper.py, which belongs to nobody (uid 65534)")
 
 
 def test_trusting_another_users_link_does_not_trust_where_it_points(tmp_path, shared):

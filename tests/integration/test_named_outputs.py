@@ -223,9 +223,15 @@ def test_an_empty_report_dir_is_refused_not_taken_for_the_current_folder(tmp_pat
 
 
 @pytest.mark.parametrize("folder", ["/proc/self/fd", "/sys/kernel", "/sys/kernel/not/made"])
-def test_a_report_folder_nothing_can_be_made_in_is_refused_before_anything_runs(tmp_path, source, folder):
-    """Root's permission bits say yes on /proc and /sys: the check makes a file there to know."""
-    run = run_main_here(tmp_path, ["lint", str(source), "--report-dir", folder])
+@pytest.mark.parametrize("option", ["--report-dir", "--sarif"])
+def test_a_place_nothing_can_be_made_in_is_refused_before_anything_runs(tmp_path, source, folder, option):
+    """Root's permission bits say yes on /proc and /sys: the check makes a file there to know, for a
+    report folder and for a copy's folder alike."""
+    if option == "--report-dir":
+        args = ["--report-dir", folder]
+    else:
+        args = ["--sarif", f"{folder}/out.sarif", "--report-dir", str(tmp_path / "r")]
+    run = run_main_here(tmp_path, ["lint", str(source), *args])
     _one_line_refusal(run, "cannot be written by this user")
 
 
