@@ -14,7 +14,7 @@ from dflashdoctor.gate.run_smoke import run_command
 from dflashdoctor.trust import Trust
 
 
-def _module_files(cwd: Path, dotted: str) -> Iterator[tuple[Path, str]]:
+def _module_files(cwd: Path, dotted: str, whose: str) -> Iterator[tuple[Path, str]]:
     """The files and package folders a module name would be imported from, where it is found in the
     current folder (first on a probe's path); none when it is not there (an installed package: the
     environment's, not a file someone put here). Found by name only: nothing is imported."""
@@ -23,17 +23,22 @@ def _module_files(cwd: Path, dotted: str) -> Iterator[tuple[Path, str]]:
     for depth, part in enumerate(parts):
         package, module = folder / part, folder / f"{part}.py"
         if package.is_dir():
-            yield package, "a package folder of the target"
+            yield package, f"a package folder of {whose}"
             if (package / "__init__.py").is_file():
-                yield package / "__init__.py", "a package of the target"
+                yield package / "__init__.py", f"a package of {whose}"
             if depth == len(parts) - 1:
                 return
             folder = package
         elif module.is_file():
-            yield module, "the target's module"
+            yield module, f"the module of {whose}"
             return
         else:
             return
+
+
+def _module_problems(cwd: Path, dotted: str, trust: Trust, whose: str) -> Iterator[str | None]:
+    for path, role in _module_files(cwd, dotted, whose):
+        yield trust.import_folder_problem(path, role) if path.is_dir() else trust.file_problem(path, role)
 
 
 def _problems(config: GateConfig, trust: Trust, cwd: Path) -> Iterator[str | None]:
@@ -42,10 +47,9 @@ def _problems(config: GateConfig, trust: Trust, cwd: Path) -> Iterator[str | Non
         target = Path(module_part)
         yield trust.file_problem(target, "the target's file")
         yield trust.import_folder_problem(target.parent, "the target's folder (put on the import path)")
-    elif any(_module_files(cwd, module_part)):  # found in the current folder, first on a probe's path
+    elif any(_module_files(cwd, module_part, "the target")):  # found in the current folder, first on a probe's path
         yield trust.import_folder_problem(cwd, "the current folder, where the target's module is")
-        for path, role in _module_files(cwd, module_part):
-            yield trust.import_folder_problem(path, role) if path.is_dir() else trust.file_problem(path, role)
+        yield from _module_problems(cwd, module_part, trust, "the target")
     if config.script is not None:
         script = Path(config.script)
         yield trust.file_problem(script, "the script")
@@ -65,8 +69,10 @@ def _run_problems(words: list[str], trust: Trust, cwd: Path) -> Iterator[str | N
     folder. A data file the line names (a dataset, a YAML) is not code and is not judged."""
     for index, word in enumerate(words):
         if index > 0 and words[index - 1] == "-m":
-            for path, role in _module_files(cwd, word):
-                yield trust.import_folder_problem(path, role) if path.is_dir() else trust.file_problem(path, role)
+            yield from _module_problems(cwd, word, trust, "what `run` runs with -m")
+            continue
+        if word.startswith("-m") and len(word) > 2:  # `python -mpkg.train`
+            yield from _module_problems(cwd, word[2:], trust, "what `run` runs with -m")
             continue
         for candidate in {word, word.partition("=")[2]} - {""}:
             path = Path(candidate)

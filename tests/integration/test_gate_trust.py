@@ -244,3 +244,16 @@ def test_trusting_another_users_link_does_not_trust_where_it_points(tmp_path, sh
     _refused(done, "c.toml", "nobody (uid 65534)")
     empty = run_main_here(tmp_path, ["gate", "--trust", "", "--report-dir", str(tmp_path / "r")])
     _refused(empty, "an empty path names nothing")
+
+
+@pytest.mark.parametrize("run", ["python3 -m tools.train", "python3 -mtools.train"])
+def test_a_module_run_with_dash_m_is_checked_below_the_top_of_the_folder(tmp_path, run):
+    """Root's own package folder, nobody's module in it: the current folder's top is fine, the module
+    `-m` runs is not."""
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    (tmp_path / "tools" / "train.py").write_text("print('ran')\n")
+    os.chown(tmp_path / "tools" / "train.py", 65534, 65534)
+    (tmp_path / "dflashdoctor.toml").write_text(f'probes = ["env"]\nrun = "{run}"\n')
+    done = run_main_here(tmp_path, ["gate", "--report-dir", str(tmp_path / "r")])
+    _refused(done, "what `run` runs with -m", "train.py, which belongs to nobody (uid 65534)")
