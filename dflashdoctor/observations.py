@@ -83,6 +83,8 @@ class DenseEvent:
     # How flex_attention reached its dense kernel, read off the stack (flex_dense.ROUTES); a
     # backward takes its forward's. None: the stack had none of the frames that tell.
     route: str | None = None
+    # `file:line in name` of the torch.compiler.disable'd function that called flex_attention (route "disabled")
+    disabled_at: str | None = None
     layer: str | None = None  # the dotted nn.Module name that made the call, when the recorder names modules
     # The blocks (expect_fused, record) this call is older work than: its thread was running the
     # same work when they opened (flex_dense.DenseFlexRecorder.watch_older_work). Not written out.

@@ -207,6 +207,7 @@ class DenseEventRecord(TypedDict):
     forward_site: SourceSite | None
     peak_bytes: int | None
     route: str | None
+    disabled_at: str | None
     layer: str | None
 
 
@@ -302,6 +303,13 @@ class CompileCall(TypedDict):
     target: str
     backend: str
     dynamic: bool | None
+    fullgraph: NotRequired[bool]
+    # made by a library (accelerate for HF's Trainer, nn.Module.compile): file/line are then the
+    # user's frame that led there, and the setting that asked for it where the user wrote it
+    library: NotRequired[str]
+    library_at: NotRequired[str]
+    setting: NotRequired[str | None]
+    setting_at: NotRequired[str | None]
 
 
 class FlaRefusal(TypedDict):

@@ -35,13 +35,15 @@ from typing import Any
 import torch
 
 from dflashdoctor.hooks.call_stats import CallStats
+from dflashdoctor.hooks.compile_origin import library_of, origin
 from dflashdoctor.hooks.compiled_calls import comptime, traced_call, traced_tensor
-from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
+from dflashdoctor.hooks.flex_dense import INSTRUMENTATION, DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.hooks.rebinding import rebinding
 
 _FLEX_MODULE = "torch.nn.attention.flex_attention"
 _COMPILE_ARGUMENT = re.compile(r"\bcompile\(\s*([\w.\[\]]+)\s*[,)]")
+_MODULE_COMPILE = re.compile(r"([\w.\[\]]+)\.compile\(")  # `block.compile(backend=...)`: nn.Module.compile
 _COMPILE_CALLS_KEPT = 64
 COMPILED_WRAPPER = "compiled wrapper"
 RAW = "raw flex_attention"
@@ -55,7 +57,8 @@ def _in_transformers(file: str) -> bool:
 
 def _compiled_name(file: str, line: int, target: Any, raw: Any) -> str:
     """How the call site spelled what it compiled (`model`, `self.layer`), else what it is."""
-    match = _COMPILE_ARGUMENT.search(linecache.getline(file, line))
+    text = linecache.getline(file, line)
+    match = _COMPILE_ARGUMENT.search(text) or _MODULE_COMPILE.search(text)
     if match:
         return match.group(1).strip()
     if target is raw:
@@ -175,8 +178,22 @@ class FlexCallRecorder:
         code = caller.f_code
         if code in self._not_user_compiles or len(self.compile_calls) >= _COMPILE_CALLS_KEPT:
             return  # raw flex_attention compiles its eager wrapper on every call: decided once per code
-        file = code.co_filename
-        if _in_transformers(file) or os.path.abspath(file).startswith(self.dense.skip_prefixes):
+        file, line = code.co_filename, caller.f_lineno
+        made_by = None
+        if library_of(file) is not None:
+            # a library compiling the user's model (accelerate for HF's Trainer, nn.Module.compile) is
+            # the user's compile, told by the user's line and setting; its own helpers (flex_attention's
+            # eager wrapper, transformers' compiled flex singleton) are not
+            made_by = (
+                origin(caller, INSTRUMENTATION)
+                if isinstance(target, torch.nn.Module) or (code.co_name == "compile" and library_of(file) == "torch")
+                else None
+            )
+            if made_by is None:
+                self._not_user_compiles.add(code)
+                return
+            file, line = made_by.file, made_by.line
+        elif os.path.abspath(file).startswith(self.dense.skip_prefixes):
             self._not_user_compiles.add(code)
             return
         backend = kwargs.get("backend", "inductor")
@@ -184,10 +201,21 @@ class FlexCallRecorder:
         self.compile_calls.append(
             {
                 "file": file,
-                "line": caller.f_lineno,
-                "target": _compiled_name(file, caller.f_lineno, target, self._raw),
+                "line": line,
+                **(
+                    {
+                        "library": made_by.library,
+                        "library_at": made_by.library_at,
+                        "setting": made_by.setting,
+                        "setting_at": made_by.setting_at,
+                    }
+                    if made_by and made_by.library != "torch"  # `block.compile(...)`: the user's own line
+                    else {}
+                ),
+                "target": _compiled_name(file, line, target, self._raw),
                 "backend": backend if isinstance(backend, str) else type(backend).__name__,
                 "dynamic": dynamic if isinstance(dynamic, bool) else None,
+                "fullgraph": kwargs.get("fullgraph") is True,
             }
         )
 

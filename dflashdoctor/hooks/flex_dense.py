@@ -59,17 +59,42 @@ _HOP_WRAPPER_CODE = 4
 _FLEX_CODE = 8  # torch's flex_attention function
 _EVAL_FRAME_CODE = 16  # dynamo's compiled-function wrappers
 _GENERATED_CODE = 32  # an FX graph's forward
-_ROUTE_FACTS = _HAS_CTX | _HOP_WRAPPER_CODE | _FLEX_CODE | _EVAL_FRAME_CODE | _GENERATED_CODE
+_DISABLED_CODE = 64  # the wrapper `torch.compiler.disable` puts around a function
+_ROUTE_FACTS = _HAS_CTX | _HOP_WRAPPER_CODE | _FLEX_CODE | _EVAL_FRAME_CODE | _GENERATED_CODE | _DISABLED_CODE
 _CODES_KEPT = 8192  # code objects (and graph lines) whose facts are kept; past it a table starts again
 # dflashdoctor's own instrumentation, never a call site: another recorder's stand-in may sit between
 # the user and the kernel (a test's expect_fused() inside a `dflashdoctor run`).
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_INSTRUMENTATION = tuple(os.path.join(_PACKAGE, part) + os.sep for part in ("hooks", "agent", "testing"))
+INSTRUMENTATION = tuple(os.path.join(_PACKAGE, part) + os.sep for part in ("hooks", "agent", "testing"))
 ROUTES = {
     "raw": "flex_attention ran as plain Python, outside torch.compile",
     "compiled-eager": "a torch.compile wrapper ran flex_attention as plain Python: dynamo fell back to eager",
     "graph": "a compiled graph called the dense kernel: its torch.compile backend is not Inductor",
+    "disabled": "a function wrapped in torch.compiler.disable called flex_attention: it always runs as plain Python",
 }
+
+
+def _disable_wrapper_codes() -> frozenset[CodeType]:
+    """The code of the wrapper `torch.compiler.disable` (dynamo's DisableContext) returns: a frame
+    running it is a disabled region. Read from the class itself, so a torch that moves it leaves
+    the set empty and the route as before."""
+    try:
+        from torch._dynamo.eval_frame import DisableContext
+
+        consts = DisableContext.__call__.__code__.co_consts
+    except Exception:
+        return frozenset()
+    return frozenset(c for c in consts if isinstance(c, CodeType) and c.co_name == "_fn")
+
+
+def _disabled_function(frame: FrameType) -> str | None:
+    """`file:line in name` of the function a disable wrapper's frame runs: its first line is the
+    decorator's (`@torch.compiler.disable`), the line a user edits."""
+    fn = frame.f_locals.get("fn")
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if not isinstance(code, CodeType):
+        return None
+    return f"{code.co_filename}:{code.co_firstlineno} in {code.co_qualname}"
 
 
 class BackwardOwner(Protocol):
@@ -116,6 +141,7 @@ class _Walk(NamedTuple):
     route: str | None  # a key of ROUTES, or None
     ctx: Any  # the autograd ctx the kernel runs in
     generated: FrameType | None  # the innermost FX graph frame
+    disabled_at: str | None  # the torch.compiler.disable'd function between the user and flex_attention
 
 
 def _score_bytes(q_shape: list[int], kv_shape: list[int]) -> int:
@@ -166,7 +192,7 @@ class DenseFlexRecorder:
         self._graph_layers: dict[tuple[str, str], str] = {}
         self._saved: list[tuple[Any, Any, Callable[..., Any]]] = []
         self.skip_prefixes = (
-            *_INSTRUMENTATION,
+            *INSTRUMENTATION,
             _torch_dir(),
             os.path.abspath(threading.__file__),
             *(os.path.abspath(f) for f in skip_files),
@@ -179,6 +205,7 @@ class DenseFlexRecorder:
         self._facts: dict[int, tuple[CodeType, int]] = {}
         # (id(code), line) of a generated graph -> (code, the node's module path and class, or None).
         self._graph_lines: dict[tuple[int, int], tuple[CodeType, tuple[str, str] | None]] = {}
+        self._disable_codes = _disable_wrapper_codes()
 
     def __enter__(self) -> DenseFlexRecorder:
         self.unavailable = self._install()
@@ -316,6 +343,8 @@ class DenseFlexRecorder:
             facts |= _EVAL_FRAME_CODE
         if filename.startswith(GENERATED):
             facts |= _GENERATED_CODE
+        if code in self._disable_codes:
+            facts |= _DISABLED_CODE
         if len(self._facts) >= _CODES_KEPT:  # generated graphs come and go: bound what is held
             self._facts.clear()
         self._facts[id(code)] = (code, facts)
@@ -326,10 +355,12 @@ class DenseFlexRecorder:
         and the graph frame, further only while fewer than _STACK_DEPTH user frames are found.
 
         The route: the outermost flex_attention frame decides; a dynamo frame above it means a
-        compiled function ran it, eagerly when flex_attention's own eager wrapper is on the stack.
+        compiled function ran it, eagerly when flex_attention's own eager wrapper is on the stack;
+        a `torch.compiler.disable` wrapper above it, the innermost such, makes it "disabled" (the
+        compiled code around it is then beside the point).
         """
         users: list[FrameType] = []
-        ctx = generated = None
+        ctx = generated = disabled_at = None
         flex_seen = hop_wrapper = compiled_above = False
         depth = 0
         known_facts = self._facts.get
@@ -346,6 +377,8 @@ class DenseFlexRecorder:
                     hop_wrapper = True
                 elif facts & _FLEX_CODE:
                     flex_seen, compiled_above = True, False
+                elif flex_seen and facts & _DISABLED_CODE:
+                    disabled_at = disabled_at or _disabled_function(frame)
                 elif flex_seen and facts & _EVAL_FRAME_CODE:
                     compiled_above = True
                 if generated is None and facts & _GENERATED_CODE:
@@ -353,15 +386,17 @@ class DenseFlexRecorder:
             depth += 1
             frame = frame.f_back
         route = None
-        if flex_seen:
+        if disabled_at is not None:
+            route = "disabled"
+        elif flex_seen:
             route = ("compiled-eager" if hop_wrapper else "graph") if compiled_above else "raw"
-        return _Walk(users, route, ctx, generated)
+        return _Walk(users, route, ctx, generated, disabled_at)
 
     def _record(self, kind: str, args: tuple[Any, ...]) -> DenseEvent:
         query, key = (*args, None, None)[:2]
         q_shape = list(getattr(query, "shape", ()))
         kv_shape = list(getattr(key, "shape", ()))
-        frames, route, ctx, generated = self._walk(sys._getframe(2))
+        frames, route, ctx, generated, disabled_at = self._walk(sys._getframe(2))
         node = self._graph_node(generated) if generated is not None else None
         if route is None and node is not None:  # AOTAutograd's graph calls the op itself, below flex_attention
             route = "graph"
@@ -377,6 +412,7 @@ class DenseFlexRecorder:
             stack=[f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in frames],
             thread=threading.current_thread().name,
             route=route,
+            disabled_at=disabled_at,
             layer=self._layer(node, frames),
             older_than=self._older_than(sys._getframe(2)),
         )
@@ -439,7 +475,10 @@ class DenseFlexRecorder:
             if forward.q_shape == event.q_shape:
                 del forwards[i]
                 event.site = forward.site or event.site
-                event.route, event.layer = forward.route, event.layer or forward.layer
+                # the forward named its layer from a live frame; a backward graph's layer comes from a
+                # table keyed by the graph's module path, which blocks sharing one graph also share
+                event.route, event.layer = forward.route, forward.layer or event.layer
+                event.disabled_at = forward.disabled_at
                 event.older_than = event.older_than or forward.older_than
                 return
 

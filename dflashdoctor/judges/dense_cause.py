@@ -36,6 +36,7 @@ from dflashdoctor.report import Where
 
 CauseKind = Literal[
     "dynamo-disabled",
+    "disabled-region",
     "never-compiled",
     "rebound-wrapper",
     "model-backend",
@@ -45,6 +46,7 @@ CauseKind = Literal[
     "recompile-limit-global",
     "recompile-limit-new-object",
     "recompile-limit",
+    "changing-float",
     "skipped-frame",
     "compiled-but-eager",
     "unknown",
@@ -55,6 +57,7 @@ CauseKind = Literal[
 _FLEX_FRAMES = ("flex_attention", "_flex_attention_hop_wrapper")
 _SIZE_GUARD = re.compile(r"size mismatch at index \d+|\.size\(\)\[\d+\] == \d+")
 _NEW_OBJECT = ("___check_obj_id", "ID_MATCH", "___check_type_id")
+_FLOAT_GUARD = re.compile(r"== -?(\d+\.\d*|\d*\.\d+)(e[-+]?\d+)?$|== -?(inf|nan)$")
 
 FIX_WRAPPER = (
     "Call a wrapper made once at import, `_compiled = torch.compile(flex_attention)`, instead of "
@@ -93,6 +96,11 @@ class CompileCall:
     target: str
     backend: str
     dynamic: bool | None
+    fullgraph: bool = False
+    library: str | None = None  # the library that called torch.compile for the user (file/line: the user's frame)
+    library_at: str | None = None
+    setting: str | None = None  # the user's option that asked for it, as written
+    setting_at: str | None = None  # `file:line`, `the command line`, `the environment`
 
     @property
     def at(self) -> str:
@@ -115,6 +123,11 @@ class CompileCall:
                         target=str(r.get("target") or "?"),
                         backend=str(r.get("backend") or "inductor"),
                         dynamic=dynamic if isinstance(dynamic, bool) else None,
+                        fullgraph=r.get("fullgraph") is True,
+                        library=_text_or_none(r.get("library")),
+                        library_at=_text_or_none(r.get("library_at")),
+                        setting=_text_or_none(r.get("setting")),
+                        setting_at=_text_or_none(r.get("setting_at")),
                     )
                 )
         return calls
@@ -131,6 +144,7 @@ class DenseCall:
     wrapper_compiled_at: str | None = None
     rebound: dict[str, Any] | None = None  # the compiled-looking name the call used was rebound raw
     known_file: str | None = None  # a file the guard's shortened path may stand for
+    disabled_at: str | None = None  # `file:line in name`: the torch.compiler.disable'd function that called it
 
 
 def explain(
@@ -147,6 +161,8 @@ def explain(
             "dynamo disabled (TORCHDYNAMO_DISABLE=1 or torch._dynamo.config.disable): nothing is compiled",
             FIX_DYNAMO_DISABLED,
         )
+    if call.disabled_at:
+        return _disabled_region(call.disabled_at, compile_calls)
     if call.rebound:
         return _rebound(call.rebound)
     if call.in_outer_region and call.backend in DENSE_BACKENDS:
@@ -207,6 +223,12 @@ def _model_backend(backend: str | None, compile_calls: list[CompileCall]) -> Cau
     made = made or [c for c in compile_calls if c.backend in DENSE_BACKENDS]
     call = made[0] if made else None
     named = backend or (call.backend if call else "eager")
+    inlined = (
+        " A compiled flex_attention wrapper inside it does not help: dynamo inlines it into the region's graph, "
+        "which the same backend compiles."
+    )
+    if call is not None and call.library:
+        return _framework_backend(named, call, inlined)
     at = f" at {call.at}" if call else ""
     what = f"`torch.compile({call.target}, backend={call.backend!r})`{at}" if call else "its torch.compile call"
     summary = (
@@ -214,12 +236,39 @@ def _model_backend(backend: str | None, compile_calls: list[CompileCall]) -> Cau
         "inside it runs the dense kernel"
     )
     plain = f"`torch.compile({call.target if call else 'model'})`"
-    fix = f"Compile with Inductor: drop `backend={named!r}` from {what} ({plain}). "
-    fix += (
-        "A compiled flex_attention wrapper inside it does not help: dynamo inlines it into the region's graph, "
-        "which the same backend compiles."
-    )
+    fix = f"Compile with Inductor: drop `backend={named!r}` from {what} ({plain})." + inlined
     return Cause("model-backend", summary, fix, call.where if call else None)
+
+
+_FRAMEWORK_NAMES = {
+    "transformers": "HF Trainer (through accelerate)",
+    "accelerate": "accelerate",
+    "torch": "nn.Module.compile",
+    "lightning": "Lightning",
+}
+_FRAMEWORK_FIX = {
+    "transformers": 'set `torch_compile_backend="inductor"` in TrainingArguments (or leave it unset)',
+    "accelerate": "set the dynamo backend to inductor: "
+    '`Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="inductor"))` or `dynamo_backend="inductor"` '
+    "(`accelerate launch --dynamo_backend inductor`, ACCELERATE_DYNAMO_BACKEND)",
+    "torch": "drop the backend from the module's `.compile(...)` call",
+}
+
+
+def _framework_backend(backend: str, call: CompileCall, inlined: str) -> Cause:
+    """The compile was made by a library for the user (accelerate for HF's Trainer, nn.Module.compile):
+    the fix names the user's setting and line, never the library's own line."""
+    framework = _FRAMEWORK_NAMES.get(call.library or "", call.library or "a library")
+    asked = f" (`{call.setting}` at {call.setting_at})" if call.setting else ""
+    summary = (
+        f"compiled region of backend {backend!r}: {framework} compiled the model with it for the user's "
+        f"call at {call.at}{asked}, which never reaches Inductor, so every flex_attention call inside runs dense"
+    )
+    how = _FRAMEWORK_FIX.get(call.library or "", f"configure {framework} to compile with the inductor backend")
+    where = _where_at(call.setting_at) if call.setting_at and call.setting_at[0] != "t" else None
+    fix = f"Compile with Inductor: {how}"
+    fix += f"; the setting is `{call.setting}` at {call.setting_at}." if call.setting else f" (the call at {call.at})."
+    return Cause("model-backend", summary, fix + inlined, where or call.where)
 
 
 def _wrapper_backend(backend: str, compiled_at: str | None) -> Cause:
@@ -229,6 +278,23 @@ def _wrapper_backend(backend: str, compiled_at: str | None) -> Cause:
         "wrapper-backend",
         f"the flex_attention wrapper is compiled with backend={backend!r}{at}, which never reaches Inductor",
         f"Compile it with the default backend: `torch.compile(flex_attention)`{at} without `backend={backend!r}`.",
+        where,
+    )
+
+
+def _disabled_region(disabled_at: str, compile_calls: list[CompileCall]) -> Cause:
+    """flex_attention called from a function under `torch.compiler.disable`: dynamo never traces
+    into it, so a compiled model around it (or a compiled wrapper it would inline) changes nothing."""
+    place, _, name = disabled_at.partition(" in ")
+    where = _where_at(place)
+    around = f" (the model is compiled at {compile_calls[0].at})" if compile_calls else ""
+    return Cause(
+        "disabled-region",
+        f"`{name}` at {place} is wrapped in `torch.compiler.disable`{around}: dynamo runs it as plain Python, "
+        "so the flex_attention it calls runs the dense kernel",
+        f"Remove `@torch.compiler.disable` from `{name}` at {place}, so the compiled region traces flex_attention "
+        "into its graph; if it must stay disabled, call a compiled wrapper made once inside it "
+        "(`_compiled = torch.compile(flex_attention)`).",
         where,
     )
 
@@ -273,6 +339,8 @@ def recompile_limit(
     head = f"recompile limit: dynamo gave up on `{frame}` after the guard `{guard.expression}` kept failing"
     if _SIZE_GUARD.search(guard.expression):
         return _static_shapes(head, guard, compile_calls)
+    if changing_float_guard(guard.expression):
+        return changing_float(guard, f"{head}: every new value is a new graph, and past the limit flex runs dense")
     if guard.reads_global:
         name = guard.expression.split("global ", 1)[1].split()[0].removeprefix("__main__.")
         return Cause(
@@ -295,6 +363,30 @@ def recompile_limit(
         "recompile-limit",
         head,
         "Make the guarded value stable between calls (or a tensor), so the graph is reused. " + _FAIL_FAST,
+        guard.where,
+    )
+
+
+def changing_float_guard(expression: str) -> bool:
+    """A guard that pins a Python float a mod closes over or reads from an object
+    (`score_mod.__closure__[0].cell_contents == 30.0`, `L['self'].cap == 0.5`): module globals are
+    their own kind (recompile-limit-global)."""
+    return "global " not in expression and bool(_FLOAT_GUARD.search(expression))
+
+
+def changing_float(guard: Guard, what_then: str) -> Cause:
+    """A Python float that changes every step (an annealed soft-cap or temperature) read by
+    score_mod: under static shapes each value is a new graph until the limit makes flex dense;
+    under automatic dynamic shapes the recompile turns it into a symbolic float that Inductor's
+    flex_attention lowering cannot take, and the step raises."""
+    name = guard.hint or guard.expression.split(" ==", 1)[0].strip()
+    at = f" ({guard.where.file}:{guard.where.line})" if guard.where else ""
+    return Cause(
+        "changing-float",
+        f"score_mod/mask_mod read the Python float `{name}`{at}, which changed between calls: {what_then}",
+        f"Keep `{name}` in a 0-d tensor made once (`{name} = torch.tensor(value, device=...)`) and update it in "
+        f"place each step (`{name}.fill_(new_value)`), so score_mod reads a tensor and one graph serves every "
+        "value; a closure made per step over a Python float is a new constant each time.",
         guard.where,
     )
 
@@ -322,6 +414,10 @@ def _static_shapes(head: str, guard: Guard, compile_calls: list[CompileCall]) ->
         fix + _FAIL_FAST,
         where,
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _where_at(at: str | None) -> Where | None:

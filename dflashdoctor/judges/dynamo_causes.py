@@ -22,6 +22,7 @@ _COMPILE_ID_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
 _LOCATION = re.compile(r"(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$")
 _IMPORTED_GLOBAL = re.compile(r"G\['__import_(\w+?)'\]\.(\w+)")
 _PLAIN_GLOBAL = re.compile(r"G\['(\w+)'\]")
+_HINT = re.compile(r'\(HINT: guard on "([^"]+)"\)')
 
 
 def recompile_limit_record(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -62,6 +63,7 @@ class Guard:
     expression: str
     source: str
     where: Where | None
+    hint: str | None = None  # the user's name for the guarded value, where dynamo gives one
 
     @property
     def reads_global(self) -> bool:
@@ -75,6 +77,8 @@ def parse_guard(reason: str, *known_files: str | None) -> Guard:
     path that is a suffix of a known file (the target's own, the record's `guard_file`) is that file.
     """
     first = _COMPILE_ID_PREFIX.sub("", first_line(reason, ""))
+    hint = _HINT.search(first)
+    first = _HINT.sub("", first).rstrip()
     parts = [p.strip() for p in first.split("  # ")]
     expression = _IMPORTED_GLOBAL.sub(lambda m: f"global {m.group(1).replace('_dot_', '.')}.{m.group(2)}", parts[0])
     expression = _PLAIN_GLOBAL.sub(lambda m: f"global {m.group(1)}", expression)
@@ -85,7 +89,7 @@ def parse_guard(reason: str, *known_files: str | None) -> Guard:
         file = next((known for known in known_files if known and known.endswith(file.lstrip("."))), file)
         where = Where(file=file, line=int(location.group("line")), function=location.group("fn"))
     source = parts[1] if len(parts) > 2 else ""
-    return Guard(expression=expression, source=source, where=where)
+    return Guard(expression=expression, source=source, where=where, hint=hint.group(1) if hint else None)
 
 
 def last_guard(records: list[dict[str, Any]], limit: dict[str, Any], known_file: str | None) -> Guard:

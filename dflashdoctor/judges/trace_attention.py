@@ -8,6 +8,7 @@ they ran, since the question is where flex_attention runs and where it does not.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ from dflashdoctor.judges.base import Judge, count_text, size_text
 from dflashdoctor.judges.dense_cause import Cause, CompileCall, DenseCall, explain
 from dflashdoctor.judges.fla import fla_guard_finding, fla_import_stopped_finding, fla_not_usable_finding
 from dflashdoctor.judges.kernel_resources import OutOfResources, out_of_resources_finding
+from dflashdoctor.judges.raised_cause import explain_raised
 from dflashdoctor.judges.tables import call_site_charts, call_site_table
 from dflashdoctor.observations import DenseEvent, TraceAttentionObservations
 from dflashdoctor.report import Finding, ProbeResult, Where
@@ -86,6 +88,14 @@ def _row(site: dict[str, Any], *, origin: str, path: Path, via: str, impl: str, 
 
 def _ran_dense(site: dict[str, Any]) -> bool:
     return bool(site.get("dense_forward") or site.get("dense_backward"))
+
+
+_REPEATED_INDEX = re.compile(r"\.\d+\.")  # the block index of `layers.3.attention`
+
+
+def _layer_shape(name: str) -> str:
+    """`layers.N.attention` for `layers.3.attention`: the layers one block class repeats."""
+    return _REPEATED_INDEX.sub(".N.", f".{name}.")
 
 
 def call_site(site: dict[str, Any]) -> dict[str, Any]:
@@ -263,6 +273,7 @@ class TraceAttentionJudge(Judge):
         self.sites = [call_site(s) for part in parts for s in part["sites"]]
         self.sites += [user_site(s) for part in parts for s in part.get("flex_sites", [])]
         self.unclaimed = [e for e in observations.dense_events if not e.forward_site]
+        self.sites += self._rows_for_shared_graphs()
         self._claim_outer_region_events()
         self.sites = merge_rows(self.sites)
         self._layers_from_the_tree()
@@ -286,10 +297,29 @@ class TraceAttentionJudge(Judge):
             wrapper_compiled_at=row.get("compiled_at"),
             rebound=row.get("rebound"),
             known_file=row.get("file"),
+            disabled_at=next((e.disabled_at for e in events if e.disabled_at), None),
         )
         return explain(
             call, self.observations.compiles, self.compile_calls, dynamo_disabled=self.observations.dynamo_disabled
         )
+
+    def _rows_for_shared_graphs(self) -> list[dict[str, Any]]:
+        """Blocks compiled one by one (torchtitan's per-block compile) share one traced graph: its
+        flex call is seen at trace time in the first block only, while the dense kernels of every
+        block name their own layer. A layer with dense kernels and no row of its own gets the row of
+        the traced layer it repeats (`layers.1.attention` of `layers.0.attention`), so each block is
+        one row and its kernels are charged to it."""
+        rows = {row["module"] for row in self.sites if row["module"]}
+        made: list[dict[str, Any]] = []
+        for layer in dict.fromkeys(e.layer for e in self.unclaimed if e.layer and e.layer not in rows):
+            assert layer is not None
+            shape = _layer_shape(layer)
+            outer = [r for r in self.sites if r["module"] and r["in_outer_region"]]
+            twin = next((r for r in outer if _layer_shape(r["module"]) == shape), None)
+            if twin is not None:
+                row = {**twin, "module": layer, "dense_forward": 0, "dense_backward": 0, "verdict": "fused"}
+                made.append(row)
+        return made
 
     def _claim_outer_region_events(self) -> None:
         """Dense kernels run from inside an outer compiled graph belong to the site of their layer
@@ -511,14 +541,21 @@ class TraceAttentionJudge(Judge):
             )
             return
         first_line = (error["message"].strip().splitlines() or [""])[0]
+        cause = explain_raised(error, self.observations.compiles, self.compile_calls)
         self.findings.append(
             finding(
                 "target-raised",
-                f"{what} raised {error['type']}; the sites seen before it are kept",
-                detail=f"{error['type']}: {first_line}",
-                where=where,
-                evidence=error,
-                fix="Run it by hand to see the failure; the call sites listed were recorded before it.",
+                f"{what} raised {error['type']}: {cause.summary}"
+                if cause
+                else f"{what} raised {error['type']}; the sites seen before it are kept",
+                detail=f"{error['type']}: {first_line}"
+                + (f". Cause ({cause.kind}): {cause.summary}." if cause else "")
+                + (f" The line to change: {cause.where.file}:{cause.where.line}." if cause and cause.where else ""),
+                where=(cause.where if cause and cause.where else where),
+                evidence={**error, "cause_kind": cause.kind} if cause else error,
+                fix=cause.fix
+                if cause
+                else "Run it by hand to see the failure; the call sites listed were recorded before it.",
             )
         )
         self._check(check, "fail", f"{what} raised {error['type']}", "target-raised")

@@ -1,0 +1,131 @@
+"""Why a traced script or target raised, read through the same evidence as a dense call: dynamo's
+compile records and its own "from user code" stack, before "run it by hand".
+
+A raise during a compiled step is often a known cause in another form: `fullgraph=True` turns a
+graph break into an exception (transformers' create_block_mask(_compile=True) is one every HF model
+compiled whole meets), automatic dynamic shapes turn a changing Python float in a score_mod into a
+symbolic float that Inductor's flex lowering rejects, `fail_on_recompile_limit_hit` turns the
+recompile-limit fallback into an error, and threads sharing an autotuner raise from inside triton.
+Each is matched here and given the cause kind and fix the dense path would give; an error that
+names none of them is told by what the records do show (the frame that failed to compile, and in
+which stage), never a bare "run it by hand".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dflashdoctor.judges.dense_cause import Cause, CompileCall, changing_float, changing_float_guard, recompile_limit
+from dflashdoctor.judges.dynamo_causes import is_recompile_limit, parse_guard
+from dflashdoctor.judges.graph_breaks import read_break
+from dflashdoctor.judges.known_causes import known_cause
+from dflashdoctor.probe_support import first_line
+from dflashdoctor.report import Where
+
+_USER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\s*$', re.MULTILINE)
+# dynamo re-raising an exception the traced code itself raised: the code's error, not a graph break
+_OBSERVED = re.compile(r"^Observed exception|raised exception \w+\(", re.MULTILINE)
+_LIBRARIES = ("/site-packages/", "/dist-packages/", "/lib/python3")
+_STAGES = {
+    "InductorError": "Inductor's lowering or code generation",
+    "BackendCompilerFailed": "the compile backend",
+    "Unsupported": "dynamo's tracing",
+    "TorchRuntimeError": "dynamo's tracing (running an op on fake tensors)",
+    "UserError": "dynamo's tracing",
+}
+
+
+def _from_user_code(message: str) -> list[str]:
+    """Dynamo's "from user code:" frames of an exception, outermost first, as `file:line in fn`."""
+    _, found, tail = message.partition("from user code:")
+    if not found:
+        return []
+    return [f"{m['file']}:{m['line']} in {m['fn']}" for m in _USER_FRAME.finditer(tail)]
+
+
+def _is_library(frame: str) -> bool:
+    path = frame.replace("\\", "/")
+    return any(part in path for part in _LIBRARIES)
+
+
+def _failed_compile(error: dict[str, Any], compiles: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The last compile record that failed with this error's type."""
+    kind = error.get("type")
+    return next((r for r in reversed(compiles) if r.get("fail_type") and r.get("fail_type") == kind), None)
+
+
+def explain_raised(
+    error: dict[str, Any], compiles: list[dict[str, Any]], compile_calls: list[CompileCall]
+) -> Cause | None:
+    """The cause of an exception a traced run ended with, when the evidence names one; None for an
+    error that no compile record or known hazard speaks to (the script's own bug)."""
+    message = str(error.get("message") or "")
+    text = message + "\n" + str(error.get("traceback") or "")
+    failed = _failed_compile(error, compiles)
+    if "recompile limit" in message.lower() or (failed is not None and is_recompile_limit(failed)):
+        limit = failed if failed is not None and is_recompile_limit(failed) else {"fail_reason": message}
+        return recompile_limit(compiles, limit, compile_calls, None)
+    if failed is not None and failed.get("recompile_reason"):
+        guard = parse_guard(failed["recompile_reason"], failed.get("co_filename"))
+        if changing_float_guard(guard.expression):
+            return changing_float(
+                guard,
+                "after the first recompile, automatic dynamic shapes made it a symbolic float, and "
+                f"{_STAGES.get(str(error.get('type')), 'compiling')} raised ({error.get('type')}: "
+                f"{first_line(message)[:160]})",
+            )
+    frames = _from_user_code(text)
+    if frames and error.get("type") in ("Unsupported", "UserError") and not _OBSERVED.search(message):
+        return _fullgraph_break(message, frames, compile_calls)
+    hazard = known_cause(message, _innermost(text))
+    if hazard is not None:
+        return Cause(hazard.name, hazard.cause, hazard.fix)
+    if failed is not None:
+        return _compile_failed(error, failed)
+    return None
+
+
+def _innermost(traceback_text: str) -> str:
+    frames = list(_USER_FRAME.finditer(traceback_text))
+    return frames[-1]["file"] if frames else ""
+
+
+def _fullgraph_break(message: str, frames: list[str], compile_calls: list[CompileCall]) -> Cause:
+    """A graph break that `fullgraph=True` (or torch.export) turned into an exception: read as the
+    break it is, with the compile line that asked for one graph."""
+    user = [f for f in frames if not _is_library(f)]
+    # as for a graph break: the innermost frame outside torch (a library's own line that called it)
+    site = next((f for f in reversed(frames) if "/torch/" not in f.replace("\\", "/")), frames[-1])
+    reading = read_break(message, site=site, stack=frames, entry=frames[0])
+    full = next((c for c in compile_calls if c.fullgraph), None)
+    at = f" `torch.compile({full.target}, fullgraph=True)` at {full.at}" if full else " fullgraph=True"
+    summary = f"a graph break raised under{at}: {reading.plain}"
+    if reading.hazard is not None:
+        summary = f"{reading.title}; under{at} the graph break it makes is an error"
+    fix = reading.fix
+    if full is not None:
+        fix += f" Or drop `fullgraph=True` at {full.at} to let dynamo break the graph there instead of raising."
+    where = full.where if full is not None else (_where(user[-1]) if user else None)
+    return Cause("fullgraph-break", summary, fix, where)
+
+
+def _compile_failed(error: dict[str, Any], failed: dict[str, Any]) -> Cause:
+    """No known cause: what the records show, the frame that failed to compile and the stage."""
+    frame = failed.get("co_name") or "?"
+    at = f"{failed.get('co_filename')}:{failed.get('co_firstlineno')}" if failed.get("co_filename") else "?"
+    stage = _STAGES.get(str(error.get("type")), "compiling")
+    reason = first_line(str(failed.get("fail_reason") or error.get("message") or ""))[:200]
+    return Cause(
+        "compile-failed",
+        f"compiling `{frame}` ({at}) failed in {stage}: {reason}",
+        f"The frame `{frame}` at {at} is where it failed; no known cause matches. Compiling it with "
+        "`backend='aot_eager'` tells an Inductor failure (it then passes) from a tracing one (it still raises).",
+        _where(at + " in " + frame),
+    )
+
+
+def _where(frame: str) -> Where | None:
+    place = frame.split(" in ", 1)[0]
+    file, _, line = place.rpartition(":")
+    return Where(file=file, line=int(line)) if file and line.isdigit() else None
