@@ -23,6 +23,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         "warning",
         "graph breaks in the compiled region: each site's line, dynamo's reason and its fix; known causes named",
     ),
+    "framework-graph-break": (
+        "info",
+        "a graph break a framework makes on purpose (DDP's forward context, its bucketing): noted, nothing to fix",
+    ),
     "score-matrix-materialized": ("error", "peak memory shows the full score matrix was built"),
     "numeric-mismatch": ("error", "compiled output disagrees with the reference beyond tolerance"),
     "backward-not-checked": ("info", "no backward check was possible (e.g. flex backward is unsupported on CPU)"),

@@ -207,7 +207,7 @@ def _trace_script(config: dict[str, Any], dense: DenseFlexRecorder, namer: Modul
     with (
         fla_kept_out(when=keep_out),
         HFAttentionRecorder(None, dense, namer) as hf,
-        FlexCallRecorder(dense, namer) as flex,
+        FlexCallRecorder(dense, namer, watch_exec=True) as flex,
     ):
         flex.seen_by_interface = hf.in_interface_call
         namespace, exc = _run_script(path, config["script_args"])

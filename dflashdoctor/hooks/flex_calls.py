@@ -34,12 +34,13 @@ from typing import Any
 
 import torch
 
+from dflashdoctor.hooks import executed_files
 from dflashdoctor.hooks.call_stats import CallStats
 from dflashdoctor.hooks.compile_origin import library_of, origin
 from dflashdoctor.hooks.compiled_calls import comptime, traced_call, traced_tensor
 from dflashdoctor.hooks.flex_dense import INSTRUMENTATION, DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
-from dflashdoctor.hooks.rebinding import rebinding
+from dflashdoctor.hooks.rebinding import rebinding, user_files_on_stack
 
 _FLEX_MODULE = "torch.nn.attention.flex_attention"
 _COMPILE_ARGUMENT = re.compile(r"\bcompile\(\s*([\w.\[\]]+)\s*[,)]")
@@ -98,12 +99,16 @@ class FlexSite(CallStats):
     via: str  # COMPILED_WRAPPER, RAW or TRANSFORMERS_COMPILED
     wrapper_id: int | None = None  # id of the recording wrapper, to find the names it is bound to
     wrapper_names: list[str] = field(default_factory=list)  # "module:attr" bindings, filled at the end
+    # the user's files on the stack of the first call (the launcher script, a file run through runpy):
+    # where a rebinding of the called name is looked for first; not written out
+    stack_files: tuple[str, ...] = ()
     compiled_at: str | None = None  # file:line of the torch.compile call
     rebound: dict[str, Any] | None = None  # a raw call through a name once bound to a compiled wrapper
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("wrapper_id")
+        data.pop("stack_files")
         return data
 
 
@@ -113,9 +118,12 @@ class FlexCallRecorder:
         dense: DenseFlexRecorder,
         namer: ModuleNamer,
         on_call: Callable[[FlexSite, bool], None] | None = None,
+        watch_exec: bool = False,
     ) -> None:
         """`on_call(site, entering)` sees each eager call as it starts and as it returns (`run` keeps
-        the call in flight and the last calls for out-of-memory forensics)."""
+        the call in flight and the last calls for out-of-memory forensics). `watch_exec` keeps the
+        files executed through `exec` meanwhile (runpy), where a rebinding is looked for too: an
+        audit hook, so only a probe's own process asks for it, never a user's run."""
         self.dense = dense
         self.namer = namer
         self.on_call = on_call
@@ -127,6 +135,7 @@ class FlexCallRecorder:
         # Set where the attention-interface recorder runs too: true while a call is inside the
         # interface, which records it itself (transformers' compiled singleton is called from there).
         self.seen_by_interface: Callable[[], bool] = lambda: False
+        self._executed = executed_files.Recording() if watch_exec else None
 
     def __enter__(self) -> FlexCallRecorder:
         _prime_dynamo_tables()
@@ -135,11 +144,15 @@ class FlexCallRecorder:
         self._stand_in = self._recording(self._raw, via=RAW)
         self._module.flex_attention = self._stand_in
         torch.compile = self._compile  # type: ignore[assignment]
+        if self._executed is not None:
+            self._executed.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._module.flex_attention = self._raw
         torch.compile = self._real_compile  # type: ignore[assignment]
+        if self._executed is not None:
+            self._executed.__exit__()
 
     def _compile(self, model: Any = None, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():  # torch compiles helpers inside traced code: pass them through
@@ -261,6 +274,7 @@ class FlexCallRecorder:
                     module=module,
                     via=via,
                     wrapper_id=id(recording_flex),
+                    stack_files=user_files_on_stack(caller) if via == RAW else (),
                     **about,
                 )
             if self.on_call is not None:
@@ -310,4 +324,5 @@ class FlexCallRecorder:
         for site in self.sites.values():
             site.wrapper_names = bindings.get(site.wrapper_id or -1, [])
             if site.via == RAW:
-                site.rebound = rebinding(site.file, site.line)
+                executed = tuple(self._executed.files) if self._executed is not None else ()
+                site.rebound = rebinding(site.file, site.line, site.stack_files + executed)

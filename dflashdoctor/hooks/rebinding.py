@@ -18,6 +18,7 @@ import linecache
 import os
 import sys
 import sysconfig
+from types import FrameType
 from typing import Any
 
 _MAX_FILES = 200
@@ -46,15 +47,19 @@ def called_name(file: str, line: int) -> str | None:
     return None
 
 
-def rebinding(file: str, line: int) -> dict[str, Any] | None:
+def rebinding(file: str, line: int, stack_files: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """Where the name called on `file:line` was last assigned something other than a
-    `torch.compile(...)`, when it was also assigned a compiled wrapper (or looks like one)."""
+    `torch.compile(...)`, when it was also assigned a compiled wrapper (or looks like one).
+
+    `stack_files` are the user's files that were on the stack when the call was made: the launcher
+    script (run as __main__, so gone from sys.modules once it returns), a file run through runpy, a
+    conftest; the first place a user rebinds a name."""
     name = called_name(file, line)
     if not name or name in ("flex_attention", "torch.nn.attention.flex_attention.flex_attention"):
         return None
     attr = name.rsplit(".", 1)[-1]
     compiled, raw = [], []
-    for path in _user_files(file):
+    for path in _user_files(file, stack_files):
         for assigned_line, value in _assignments(path, attr):
             (compiled if _is_compile_call(value) else raw).append((path, assigned_line))
     if not raw or not (compiled or "compile" in attr.lower()):
@@ -110,10 +115,26 @@ def _assignments(path: str, attr: str) -> list[tuple[int, ast.AST]]:
     return sorted(found, key=lambda item: item[0])
 
 
-def _user_files(first: str) -> list[str]:
-    """The call's own file, then the source files of loaded modules outside the standard library and
-    installed packages (the user's project), at most _MAX_FILES."""
+def user_files_on_stack(frame: FrameType | None) -> tuple[str, ...]:
+    """The files of the user's frames from `frame` outwards, innermost first: not the standard
+    library, installed packages, dflashdoctor, or code without a file (`<string>` of an exec)."""
+    files: list[str] = []
+    while frame is not None and len(files) < _MAX_FILES:
+        path = frame.f_code.co_filename
+        if not path.startswith("<"):
+            path = os.path.abspath(path)
+            if not path.startswith(_LIBRARY_DIRS) and path not in files:
+                files.append(path)
+        frame = frame.f_back
+    return tuple(files)
+
+
+def _user_files(first: str, stack_files: tuple[str, ...]) -> list[str]:
+    """The call's own file, the user's files that were on its stack, then the source files of
+    loaded modules outside the standard library and installed packages (the user's project), at
+    most _MAX_FILES."""
     files = [os.path.abspath(first)]
+    files += [f for f in stack_files if f not in files]
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
         if not isinstance(path, str) or not path.endswith(".py"):

@@ -92,7 +92,10 @@ class Judge:
             )
             if len(sites) > len(shown):
                 summary += f" (the {len(shown)} with most breaks are named)"
-        self._check("graph breaks", "warn" if total else "pass", summary, "graph-break")
+        intentional = sum(s.count for s in sites if read_break(s.reason).intentional)
+        if intentional:
+            summary += f"; {intentional} of them a framework's own, on purpose"
+        self._check("graph breaks", "warn" if total > intentional else "pass", summary, "graph-break")
 
     @staticmethod
     def _graph_break_site(site: GraphBreakSite, during: str) -> Finding:
@@ -115,7 +118,7 @@ class Judge:
         )
         evidence = {"breaks": site.count, **{k: v for k, v in asdict(site).items() if k != "count"}}
         return finding(
-            "graph-break",
+            "framework-graph-break" if reading.intentional else "graph-break",
             title,
             detail=detail,
             where=frame_where(place),

@@ -26,6 +26,7 @@ from dflashdoctor.judges.dynamo_causes import (
     why_the_guard_recompiles,
 )
 from dflashdoctor.judges.kernel_resources import OutOfResources, out_of_resources_finding
+from dflashdoctor.judges.raised_cause import explain_raised
 from dflashdoctor.judges.tables import shape_subject
 from dflashdoctor.observations import CheckCompileObservations
 from dflashdoctor.probe_support import first_line
@@ -154,14 +155,21 @@ class CheckCompileJudge(Judge):
                 "call", "fail", f"a kernel does not fit this GPU ({resources.resource})", "kernel-out-of-resources"
             )
             return
+        cause = explain_raised(error, self.compiles, [])
         self.findings.append(
             finding(
                 "target-raised",
-                f"The target raised {error['type']} in phase {error['phase']}",
-                detail=f"{error['type']}: {message}" + (f" (it was {called_as})" if call else ""),
-                where=_where(error.get("where")),
-                evidence={"traceback": error["traceback"], "message": error["message"]},
-                fix="Run the target once by hand at this shape; the remaining checks need it to succeed.",
+                f"The target raised {error['type']} in phase {error['phase']}"
+                + (f": {cause.summary}" if cause else ""),
+                detail=f"{error['type']}: {message}"
+                + (f" (it was {called_as})" if call else "")
+                + (f". Cause ({cause.kind}): {cause.summary}." if cause else ""),
+                where=(cause.where if cause and cause.where else _where(error.get("where"))),
+                evidence={"traceback": error["traceback"], "message": error["message"]}
+                | ({"cause_kind": cause.kind} if cause else {}),
+                fix=cause.fix
+                if cause
+                else "Run the target once by hand at this shape; the remaining checks need it to succeed.",
             )
         )
         raised = f"target raised {error['type']} in {error['phase']}"

@@ -100,6 +100,15 @@ class BreakReading:
     hazard: str | None = None
     title: str | None = None
     detail: str | None = None
+    intentional: bool = False  # a framework's own deliberate break: a note, not a warning
+
+
+# Dynamo's list of functions it must not trace holds torch.distributed's own: DDP's forward context
+# (`_inside_ddp_forward`) breaks the graph on purpose, and DDPOptimizer splits it at bucket bounds.
+_FRAMEWORK_BREAK = re.compile(
+    r"intentionally marked that the function `[^`]*(DistributedDataParallel|FullyShardedDataParallel|"
+    r"_inside_ddp_forward|torch\.distributed)[^`]*`|DDPOptimizer"
+)
 
 
 def kind_of(reason: str) -> BreakKind | None:
@@ -127,6 +136,16 @@ def read_break(
     page = page_match.group(0) if page_match else None
     kind = kind_of(reason)
     frames = [f.replace("\\", "/") for f in stack or []]
+    framework = _FRAMEWORK_BREAK.search(reason)
+    if framework is not None:
+        return BreakReading(
+            plain=f"torch.distributed's {framework.group(1) or 'DDPOptimizer'} breaks the graph on purpose "
+            "(DDP runs its forward context and gradient buckets outside the graph)",
+            fix="Nothing to change: the break is the framework's design; flex_attention inside each piece is "
+            "still compiled (the call-site table says whether it ran fused).",
+            page=page,
+            intentional=True,
+        )
     if kind is not None and kind.name == "warning" and any(_MASK_FLAG_FRAME.search(f) for f in frames):
         return _mask_flag(site, frames[-1], entry, page)
     if kind is not None:

@@ -17,7 +17,7 @@ from dflashdoctor.observations import TraceAttentionObservations, load
 from tests.paths import TARGETS
 from tests.unit.recorded import documented, judged, observations, raw
 
-CASES = {"graph-break": "cpu/trace-hf-graph-breaks"}
+CASES = {"graph-break": "cpu/trace-hf-graph-breaks", "framework-graph-break": "cpu/trace-ddp-graph-breaks"}
 SCRIPT = TARGETS / "graph_breaks.py"
 TAIL = "tests/targets/graph_breaks.py"
 
@@ -125,3 +125,17 @@ def test_check_compile_names_the_site_its_probe_recorded():
     reading a default, could name no line)."""
     (found,) = documented(judged("cpu/check-compile-graph-break"), "graph-break")
     assert (Path(found.where.file).name, found.where.line, found.where.function) == ("compiled_faults.py", 15, "breaks")
+
+
+def test_ddps_own_breaks_are_a_note_and_the_section_passes():
+    """DDP's forward context is on dynamo's do-not-trace list: a break by design, not the user's to
+    fix; the flex calls inside the pieces are fused, so nothing is a warning."""
+    (result,) = judged("cpu/trace-ddp-graph-breaks")
+    (found,) = documented([result], "framework-graph-break")
+    assert found.severity == "info" and not [f for f in result.findings if f.code == "graph-break"]
+    assert "_inside_ddp_forward" in found.title and "Nothing to change" in found.fix
+    (check,) = [c for c in result.checks if c.name == "graph breaks"]
+    assert check.status == "pass" and "a framework's own, on purpose" in check.summary
+    rows = [r for r in result.measurements["call_sites"] if r["impl"] == "flex_attention"]
+    assert {r["module"] for r in rows} == {"module.layers.0", "module.layers.1"}
+    assert all(r["verdict"] == "fused" for r in rows) and result.status == "pass"

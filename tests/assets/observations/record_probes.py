@@ -61,6 +61,7 @@ SCENARIOS: dict[str, list[str]] = {
     "trace-script-raises": ["trace-attention", "--script", str(TARGETS / "hf_script.py"), "--", "--fail"],
     "trace-hf-graph-breaks": ["trace-attention", "--script", str(TARGETS / "graph_breaks.py"), "--", "hf"],
     "trace-script-graph-breaks": ["trace-attention", "--script", str(TARGETS / "graph_breaks.py"), "--", "print"],
+    "trace-ddp-graph-breaks": ["trace-attention", "--script", str(TARGETS / "ddp_flex.py")],
     "realworld-llama-aot-eager": [
         "trace-attention",
         "--script",

@@ -1,0 +1,68 @@
+"""The files whose code a traced run executed with `exec` (runpy.run_path, a launcher's
+`exec(open(f).read())`, a test runner loading a conftest): a rebinding made there is gone from
+sys.modules and from the stack by the time a dense call is judged, yet it is the first place a user
+puts a debugging switch.
+
+Python's audit hook (`exec` event, whose argument is the code object) sees each such execution.
+An audit hook cannot be removed, so one hook per process is installed on first use and records only
+while a `Recording` is open; outside one it returns at once. Files without a name (`<string>`) are
+not kept; at most _MAX_FILES are.
+
+Probed side: standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+from types import CodeType
+from typing import Any
+
+_MAX_FILES = 200
+# imports run through `exec` too: the standard library's and installed packages' are no user's
+_LIBRARY_DIRS = tuple(
+    os.path.abspath(p) + os.sep
+    for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    if p
+)
+_lock = threading.Lock()
+_installed = False
+_open: list[list[str]] = []  # the file lists of the recordings now open
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event != "exec" or not _open:
+        return
+    code = args[0] if args else None
+    name = code.co_filename if isinstance(code, CodeType) else None
+    if not name or name.startswith("<") or os.path.abspath(name).startswith(_LIBRARY_DIRS):
+        return
+    for files in _open:
+        if name not in files and len(files) < _MAX_FILES:
+            files.append(name)
+
+
+class Recording:
+    """Context manager: `files` lists the files executed with `exec` while it was open."""
+
+    def __init__(self) -> None:
+        self.files: list[str] = []
+
+    def __enter__(self) -> Recording:
+        global _installed
+        with _lock:
+            if not _installed:
+                try:
+                    sys.addaudithook(_audit)
+                    _installed = True
+                except Exception:  # a runtime that refuses audit hooks: nothing recorded, nothing lost
+                    return self
+            _open.append(self.files)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with _lock:
+            if any(files is self.files for files in _open):
+                _open[:] = [files for files in _open if files is not self.files]
