@@ -23,6 +23,15 @@ class KnownCause:
 
 KNOWN_CAUSES = (
     KnownCause(
+        "flex-cpu-backward",
+        re.compile(r"FlexAttention does not support backward on CPU"),
+        (),
+        "flex_attention has no backward on the CPU in this torch: a training step (inputs that require grad) "
+        "raises at the first flex call, compiled or not.",
+        "Run the training step on a GPU, or check the CPU part forward only (`with torch.no_grad():`, or "
+        "`trainer.evaluate()` instead of `trainer.train()`).",
+    ),
+    KnownCause(
         "fx-tracing-flag",
         re.compile(r"Detected that you are using FX to symbolically trace a dynamo-optimized function"),
         (),
