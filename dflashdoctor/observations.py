@@ -85,6 +85,8 @@ class DenseEvent:
     route: str | None = None
     # `file:line in name` of the torch.compiler.disable'd function that called flex_attention (route "disabled")
     disabled_at: str | None = None
+    stance: str | None = None  # torch.compiler.set_stance's stance at the call, when not "default"
+    stance_set_at: str | None = None  # `file:line` of the user's set_stance call, when recorded
     layer: str | None = None  # the dotted nn.Module name that made the call, when the recorder names modules
     # The blocks (expect_fused, record) this call is older work than: its thread was running the
     # same work when they opened (flex_dense.DenseFlexRecorder.watch_older_work). Not written out.

@@ -208,6 +208,8 @@ class DenseEventRecord(TypedDict):
     peak_bytes: int | None
     route: str | None
     disabled_at: str | None
+    stance: str | None
+    stance_set_at: str | None
     layer: str | None
 
 

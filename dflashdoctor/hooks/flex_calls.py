@@ -141,9 +141,12 @@ class FlexCallRecorder:
         _prime_dynamo_tables()
         self._module = sys.modules.get(_FLEX_MODULE) or __import__(_FLEX_MODULE, fromlist=["flex_attention"])
         self._raw, self._real_compile = self._module.flex_attention, torch.compile
+        self._real_set_stance = getattr(torch.compiler, "set_stance", None)
         self._stand_in = self._recording(self._raw, via=RAW)
         self._module.flex_attention = self._stand_in
         torch.compile = self._compile  # type: ignore[assignment]
+        if self._real_set_stance is not None:
+            torch.compiler.set_stance = self._set_stance  # type: ignore[assignment]
         if self._executed is not None:
             self._executed.__enter__()
         return self
@@ -151,6 +154,8 @@ class FlexCallRecorder:
     def __exit__(self, *exc: object) -> None:
         self._module.flex_attention = self._raw
         torch.compile = self._real_compile  # type: ignore[assignment]
+        if self._real_set_stance is not None:
+            torch.compiler.set_stance = self._real_set_stance  # type: ignore[assignment]
         if self._executed is not None:
             self._executed.__exit__()
 
@@ -172,6 +177,17 @@ class FlexCallRecorder:
             compiled_at=f"{caller.f_code.co_filename}:{caller.f_lineno}",
             backend=backend if isinstance(backend, str) else type(backend).__name__,
         )
+
+    def _set_stance(self, *args: Any, **kwargs: Any) -> Any:
+        """`torch.compiler.set_stance`, with the user's line that set it kept for the dense recorder
+        (a stance of "force_eager" makes every compiled flex call dense)."""
+        assert self._real_set_stance is not None
+        if not torch.compiler.is_compiling():
+            caller = sys._getframe(1)
+            made_by = origin(caller, INSTRUMENTATION) if library_of(caller.f_code.co_filename) else None
+            at = f"{made_by.file}:{made_by.line}" if made_by else f"{caller.f_code.co_filename}:{caller.f_lineno}"
+            self.dense.stance_set_at = at
+        return self._real_set_stance(*args, **kwargs)
 
     def _outside_transformers(self, frame: FrameType) -> FrameType:
         """The first frame at or above `frame` that is not transformers' own: the user's line that

@@ -87,6 +87,22 @@ def _disable_wrapper_codes() -> frozenset[CodeType]:
     return frozenset(c for c in consts if isinstance(c, CodeType) and c.co_name == "_fn")
 
 
+def _stance_reader() -> Callable[[], str | None]:
+    """Reads dynamo's compiler stance (`torch.compiler.set_stance`) at a dense call: "force_eager"
+    runs every compiled call eagerly, "eager_on_recompile" every recompile. None where this torch
+    keeps no stance, or it is the default."""
+    try:
+        from torch._dynamo import eval_frame
+    except Exception:  # another torch: no stance read, nothing else lost
+        return lambda: None
+
+    def stance() -> str | None:
+        name = getattr(getattr(eval_frame, "_stance", None), "stance", None)
+        return name if isinstance(name, str) and name != "default" else None
+
+    return stance
+
+
 def _disabled_function(frame: FrameType) -> str | None:
     """`file:line in name` of the function a disable wrapper's frame runs: its first line is the
     decorator's (`@torch.compiler.disable`), the line a user edits."""
@@ -206,6 +222,9 @@ class DenseFlexRecorder:
         # (id(code), line) of a generated graph -> (code, the node's module path and class, or None).
         self._graph_lines: dict[tuple[int, int], tuple[CodeType, tuple[str, str] | None]] = {}
         self._disable_codes = _disable_wrapper_codes()
+        self._stance_of = _stance_reader()
+        # where the user last set the compiler stance (`file:line`), told by the flex-call recorder
+        self.stance_set_at: str | None = None
 
     def __enter__(self) -> DenseFlexRecorder:
         self.unavailable = self._install()
@@ -413,6 +432,8 @@ class DenseFlexRecorder:
             thread=threading.current_thread().name,
             route=route,
             disabled_at=disabled_at,
+            stance=(stance := self._stance_of()),
+            stance_set_at=self.stance_set_at if stance else None,
             layer=self._layer(node, frames),
             older_than=self._older_than(sys._getframe(2)),
         )
@@ -479,6 +500,7 @@ class DenseFlexRecorder:
                 # table keyed by the graph's module path, which blocks sharing one graph also share
                 event.route, event.layer = forward.route, forward.layer or event.layer
                 event.disabled_at = forward.disabled_at
+                event.stance, event.stance_set_at = forward.stance, forward.stance_set_at
                 event.older_than = event.older_than or forward.older_than
                 return
 

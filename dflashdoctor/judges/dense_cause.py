@@ -30,6 +30,7 @@ from dflashdoctor.judges.dynamo_causes import (
     is_recompile_limit,
     is_skipped_frame,
     last_guard,
+    parse_guard,
     raised_exception,
 )
 from dflashdoctor.report import Where
@@ -37,6 +38,7 @@ from dflashdoctor.report import Where
 CauseKind = Literal[
     "dynamo-disabled",
     "disabled-region",
+    "compiler-stance",
     "never-compiled",
     "rebound-wrapper",
     "model-backend",
@@ -145,6 +147,8 @@ class DenseCall:
     rebound: dict[str, Any] | None = None  # the compiled-looking name the call used was rebound raw
     known_file: str | None = None  # a file the guard's shortened path may stand for
     disabled_at: str | None = None  # `file:line in name`: the torch.compiler.disable'd function that called it
+    stance: str | None = None  # torch.compiler.set_stance's stance at the call, when not the default
+    stance_set_at: str | None = None  # `file:line` of the set_stance call
 
 
 def explain(
@@ -163,6 +167,8 @@ def explain(
         )
     if call.disabled_at:
         return _disabled_region(call.disabled_at, compile_calls)
+    if call.stance in _EAGER_STANCES and call.route != "raw":
+        return _stance(call.stance, call.stance_set_at, compiles)
     if call.rebound:
         return _rebound(call.rebound)
     if call.in_outer_region and call.backend in DENSE_BACKENDS:
@@ -282,6 +288,34 @@ def _wrapper_backend(backend: str, compiled_at: str | None) -> Cause:
     )
 
 
+# set_stance's stances that run compiled code eagerly: always, or on every recompile
+_EAGER_STANCES = ("force_eager", "eager_on_recompile")
+
+
+def _stance(stance: str, set_at: str | None, compiles: list[dict[str, Any]]) -> Cause:
+    """dynamo's compiler stance made the compiled code run as plain Python."""
+    at = f" at {set_at}" if set_at else ""
+    if stance == "force_eager":
+        what = "every compiled call runs as plain Python"
+        fix = f'Remove `torch.compiler.set_stance("force_eager")`{at} (or set "default" again before training).'
+    else:
+        recompiled = [r for r in compiles if r.get("recompile_reason")]
+        guard = parse_guard(recompiled[-1]["recompile_reason"]).expression if recompiled else None
+        what = "each call that needs a recompile runs as plain Python instead" + (
+            f" (the guard that failed: `{guard}`)" if guard else ""
+        )
+        fix = (
+            f"Make the guarded value stable so no recompile is needed, or drop "
+            f'`torch.compiler.set_stance("eager_on_recompile")`{at} for training: eager is the dense kernel.'
+        )
+    return Cause(
+        "compiler-stance",
+        f"torch.compiler.set_stance({stance!r}){at}: {what}, so flex_attention runs its dense kernel",
+        fix,
+        _where_at(set_at),
+    )
+
+
 def _disabled_region(disabled_at: str, compile_calls: list[CompileCall]) -> Cause:
     """flex_attention called from a function under `torch.compiler.disable`: dynamo never traces
     into it, so a compiled model around it (or a compiled wrapper it would inline) changes nothing."""
@@ -290,6 +324,7 @@ def _disabled_region(disabled_at: str, compile_calls: list[CompileCall]) -> Caus
     around = f" (the model is compiled at {compile_calls[0].at})" if compile_calls else ""
     return Cause(
         "disabled-region",
+        "compiler-stance",
         f"`{name}` at {place} is wrapped in `torch.compiler.disable`{around}: dynamo runs it as plain Python, "
         "so the flex_attention it calls runs the dense kernel",
         f"Remove `@torch.compiler.disable` from `{name}` at {place}, so the compiled region traces flex_attention "

@@ -50,7 +50,13 @@ def _fallbacks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def dense_cause(event: DenseEvent, block: BlockObservations) -> tuple[str, str]:
     """Why this dense kernel ran, and the fix: the cause model every judge uses, on the event's route
     and on dynamo's records, the block's own after those from before it."""
-    call = DenseCall(route=event.route, known_file=(event.site or {}).get("file"), disabled_at=event.disabled_at)
+    call = DenseCall(
+        route=event.route,
+        known_file=(event.site or {}).get("file"),
+        disabled_at=event.disabled_at,
+        stance=event.stance,
+        stance_set_at=event.stance_set_at,
+    )
     cause = explain(call, [*block.earlier_compiles, *block.compiles], [], dynamo_disabled=block.dynamo_disabled)
     return cause.summary, cause.fix
 

@@ -298,6 +298,8 @@ class TraceAttentionJudge(Judge):
             rebound=row.get("rebound"),
             known_file=row.get("file"),
             disabled_at=next((e.disabled_at for e in events if e.disabled_at), None),
+            stance=next((e.stance for e in events if e.stance), None),
+            stance_set_at=next((e.stance_set_at for e in events if e.stance_set_at), None),
         )
         return explain(
             call, self.observations.compiles, self.compile_calls, dynamo_disabled=self.observations.dynamo_disabled
