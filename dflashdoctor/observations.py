@@ -25,6 +25,7 @@ from dflashdoctor.records import (
     CompileRecord,
     ConcurrentEntryRecord,
     DeviceMemory,
+    FixReplayRecord,
     FlaState,
     GpuRecord,
     KernelTrialRecord,
@@ -85,6 +86,8 @@ class DenseEvent:
     route: str | None = None
     # `file:line in name` of the torch.compiler.disable'd function that called flex_attention (route "disabled")
     disabled_at: str | None = None
+    # `file:line in name` of the function reentrant checkpointing was recomputing when flex ran dense
+    recomputed: str | None = None
     stance: str | None = None  # torch.compiler.set_stance's stance at the call, when not "default"
     stance_set_at: str | None = None  # `file:line` of the user's set_stance call, when recorded
     layer: str | None = None  # the dotted nn.Module name that made the call, when the recorder names modules
@@ -167,6 +170,9 @@ class TraceAttentionObservations:
     dynamo_disabled: bool = False
     dense_events: list[DenseEvent] = field(default_factory=list)
     hook_unavailable: str | None = None
+    # Each dense site's call replayed through torch.compile(flex_attention) after the run
+    # (hooks/fix_replay.py). None: nothing was replayed (`run`, or a version before the replay).
+    fix_replays: list[FixReplayRecord] | None = None
 
     def parts(self) -> list[TracedModel | TracedDrafter | TracedScript]:
         return [p for p in (self.traced_model, self.traced_drafter, self.traced_script) if p]

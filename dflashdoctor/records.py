@@ -208,6 +208,7 @@ class DenseEventRecord(TypedDict):
     peak_bytes: int | None
     route: str | None
     disabled_at: str | None
+    recomputed: str | None
     stance: str | None
     stance_set_at: str | None
     layer: str | None
@@ -276,6 +277,7 @@ class FlexSiteRecord(CallSiteRecord):
     wrapper_names: list[str]
     compiled_at: str | None
     rebound: RawRebound | None
+    shared_graph_of: NotRequired[str | None]
 
 
 class ModuleSiteRecord(CallSiteRecord):
@@ -306,6 +308,7 @@ class CompileCall(TypedDict):
     backend: str
     dynamic: bool | None
     fullgraph: NotRequired[bool]
+    source: NotRequired[str]  # the line as written, to quote in a fix
     # made by a library (accelerate for HF's Trainer, nn.Module.compile): file/line are then the
     # user's frame that led there, and the setting that asked for it where the user wrote it
     library: NotRequired[str]
@@ -375,6 +378,30 @@ class TracedScript(TypedDict):
     flex_sites: list[FlexSiteRecord]
     compile_calls: list[CompileCall]
     hook_unavailable: str | None
+
+
+FIX_REPLAY_PHASE = "fix-replay"  # the phase of the dense kernels a fix replay runs itself: not the user's
+
+
+class FixReplayRecord(TypedDict):
+    """hooks/fix_replay.ReplayOutcome: one dense site's recorded forward call, replayed after the
+    traced run through a fresh torch.compile(flex_attention) (Inductor), beside its dense kernel."""
+
+    site: SourceSite | None  # the dense event's call site (its innermost user frame)
+    forward_site: SourceSite | None  # the recorded call site it was charged to
+    layer: str | None
+    stack: list[str]
+    device: str
+    proven: bool  # the compiled call ran to the end with no dense kernel, its result the dense one's
+    reason: str | None  # why not proven
+    backward: bool  # forward and backward replayed (CUDA, where the site's backward ran)
+    dense_kernels: int | None  # dense kernels during the compiled calls
+    dense_peak_bytes: int | None  # CUDA: the dense call's peak over what was allocated before it
+    fused_peak_bytes: int | None  # CUDA: the compiled call's (measured after a call that compiled it)
+    dense_out_of_memory: bool  # the dense call ran out of memory on replay
+    max_abs_diff: float | None  # over the output, and on CUDA the gradients of q, k and v
+    seconds: float | None  # the replay's wall time, compile included
+    replayed_as: str | None  # the site whose call (same shapes and mods) was replayed for this one
 
 
 # ---- race ----

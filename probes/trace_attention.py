@@ -7,7 +7,9 @@ Up to three parts, each traced with the dense-path hook on:
 - one reference DFlash drafter step with its fault switch;
 - the user's script, run as __main__, with the attention-interface recorder and the recorder of
   the script's own flex_attention references.
-It reports each attention layer, each call site, dense kernel runs and graph breaks.
+It reports each attention layer, each call site, dense kernel runs and graph breaks. Afterwards,
+each site that ran dense has one of its recorded calls replayed through a fresh
+torch.compile(flex_attention) (hooks/fix_replay.py): the fix, proven on the user's own call or not.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 from dflashdoctor import probe_support
 from dflashdoctor.fla_guards import FlaGuard, fla_kept_out, fla_state, fla_unusable_on, refusing_guard
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch
+from dflashdoctor.hooks.fix_replay import FixReplay
 from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.hf_attention import TORCH_FALLBACK, HFAttentionRecorder
@@ -309,16 +312,21 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         "expect_wrapper": config.get("expect_wrapper"),
     }
     watch = DynamoWatch()  # graph breaks in the traced run: the recorders must add none
+    replay = FixReplay(dense)  # each dense site's first call, kept to be replayed through the fix
     with dense:
-        if config.get("model"):
-            observations["traced_model"] = _trace_model(config, device, dense, namer)
-        if config.get("drafter"):
-            observations["traced_drafter"] = _trace_drafter(config, device, dense, namer)
-        if config.get("script"):
-            observations["traced_script"] = _trace_script(config, dense, namer)
-    observations["compiles"] = watch.collect("traced")  # recompile-limit and skipped-frame causes
-    observations["graph_breaks"] = watch.graph_breaks
-    observations["graph_break_sites"] = watch.graph_break_sites  # each break's reason and line
+        with replay:
+            if config.get("model"):
+                observations["traced_model"] = _trace_model(config, device, dense, namer)
+            if config.get("drafter"):
+                observations["traced_drafter"] = _trace_drafter(config, device, dense, namer)
+            if config.get("script"):
+                observations["traced_script"] = _trace_script(config, dense, namer)
+        # the traced run's compiles and breaks, before the replay compiles anything of its own
+        observations["compiles"] = watch.collect("traced")  # recompile-limit and skipped-frame causes
+        observations["graph_breaks"] = dict(watch.graph_breaks)
+        observations["graph_break_sites"] = watch.graph_break_sites  # each break's reason and line
+        # its dense kernels stay in dense_events under their own phase (records.FIX_REPLAY_PHASE)
+        observations["fix_replays"] = replay.replay()
     observations["dynamo_disabled"] = bool(getattr(torch._dynamo.config, "disable", False))
     observations["dense_events"] = [e.to_dict() for e in dense.events]
     observations["hook_unavailable"] = dense.unavailable

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflashdoctor.hooks.dynamo_skip import skip_tree
 from dflashdoctor.hooks.flex_dense import DenseEvent
 
 
@@ -89,3 +90,6 @@ class CallStats:
             field_name = f"dense_{event.kind}_peak_bytes"
             setattr(self, field_name, max(getattr(self, field_name) or 0, event.peak_bytes))
         return {key: getattr(self, key, None) for key in ("file", "line", "function", "module")}
+
+
+skip_tree(CallStats.observe)  # bookkeeping, called from stand-ins' frames (dynamo_skip.py says why)

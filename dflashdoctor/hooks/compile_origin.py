@@ -15,6 +15,7 @@ Probed side: standard library only.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
@@ -29,6 +30,8 @@ _LIBRARY_DIRS = tuple(
 )
 _MAX_FRAMES = 64
 _MAX_LINES = 20_000
+_MAX_DISTRIBUTIONS = 2000
+_MAX_RECORD_BYTES = 4 << 20
 
 # (library, what it is called in a fix, the options a user sets, the environment variable)
 _FRAMEWORKS = (
@@ -51,8 +54,11 @@ class CompileOrigin:
     setting_at: str | None  # `file:line`, `the command line` or `the environment`
 
 
+@functools.lru_cache(maxsize=4096)
 def library_of(file: str) -> str | None:
-    """The installed package a file belongs to (`accelerate`, `transformers`, `torch`), else None."""
+    """The installed package a file belongs to (`accelerate`, `transformers`, `torch`), else None:
+    under the standard library or site-packages, or under a folder on sys.path whose installed
+    distributions list it (`pip install --target DIR` then PYTHONPATH=DIR, as on a cluster)."""
     path = os.path.abspath(file)
     for root in _LIBRARY_DIRS:
         if path.startswith(root):
@@ -60,7 +66,34 @@ def library_of(file: str) -> str | None:
             if rest and rest[0] in ("site-packages", "dist-packages") and len(rest) > 1:
                 return rest[1].removesuffix(".py")
             return rest[0].removesuffix(".py") if rest else None
+    for entry in list(sys.path):
+        root = os.path.abspath(entry or ".") + os.sep
+        if path.startswith(root):
+            top = path[len(root) :].split(os.sep)[0]
+            if top in _installed_tops(root):
+                return top.removesuffix(".py")
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _installed_tops(folder: str) -> frozenset[str]:
+    """The top-level names the distributions installed in `folder` hold, from their RECORD files
+    (an editable install's RECORD lists no project files, so a user's own package stays theirs)."""
+    tops: set[str] = set()
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(".dist-info")][:_MAX_DISTRIBUTIONS]
+    except OSError:
+        return frozenset()
+    for name in names:
+        try:
+            with open(os.path.join(folder, name, "RECORD"), encoding="utf-8", errors="replace") as record:
+                for line in record.read(_MAX_RECORD_BYTES).splitlines():
+                    top = line.split(",", 1)[0].split("/", 1)[0]
+                    if top and not top.endswith((".dist-info", ".data")) and top != "..":
+                        tops.add(top)
+        except OSError:
+            continue
+    return frozenset(tops)
 
 
 def origin(caller: FrameType, own_files: tuple[str, ...]) -> CompileOrigin | None:

@@ -29,7 +29,7 @@ _LIBRARY_DIRS = tuple(
 )
 _lock = threading.Lock()
 _installed = False
-_open: list[list[str]] = []  # the file lists of the recordings now open
+_open: list[Recording] = []  # the recordings now open
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -37,18 +37,30 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         return
     code = args[0] if args else None
     name = code.co_filename if isinstance(code, CodeType) else None
-    if not name or name.startswith("<") or os.path.abspath(name).startswith(_LIBRARY_DIRS):
+    if not name:
         return
-    for files in _open:
-        if name not in files and len(files) < _MAX_FILES:
-            files.append(name)
+    if name.startswith("<"):  # a string run with exec(): kept with the line that ran it
+        caller = sys._getframe(1)
+        place = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+        if not os.path.abspath(caller.f_code.co_filename).startswith(_LIBRARY_DIRS):
+            for recording in _open:
+                if len(recording.strings) < _MAX_FILES:
+                    recording.strings.append((place, code))
+        return
+    if os.path.abspath(name).startswith(_LIBRARY_DIRS):
+        return
+    for recording in _open:
+        if name not in recording.files and len(recording.files) < _MAX_FILES:
+            recording.files.append(name)
 
 
 class Recording:
-    """Context manager: `files` lists the files executed with `exec` while it was open."""
+    """Context manager: `files` lists the files executed with `exec` while it was open, `strings`
+    the code run from strings (`exec(text)`), each with the `file:line` that ran it."""
 
     def __init__(self) -> None:
         self.files: list[str] = []
+        self.strings: list[tuple[str, CodeType]] = []
 
     def __enter__(self) -> Recording:
         global _installed
@@ -59,10 +71,9 @@ class Recording:
                     _installed = True
                 except Exception:  # a runtime that refuses audit hooks: nothing recorded, nothing lost
                     return self
-            _open.append(self.files)
+            _open.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         with _lock:
-            if any(files is self.files for files in _open):
-                _open[:] = [files for files in _open if files is not self.files]
+            _open[:] = [recording for recording in _open if recording is not self]

@@ -28,7 +28,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from types import CodeType, FrameType
 from typing import Any
 
@@ -38,6 +38,7 @@ from dflashdoctor.hooks import executed_files
 from dflashdoctor.hooks.call_stats import CallStats
 from dflashdoctor.hooks.compile_origin import library_of, origin
 from dflashdoctor.hooks.compiled_calls import comptime, traced_call, traced_tensor
+from dflashdoctor.hooks.dynamo_skip import skip_frame, skip_tree
 from dflashdoctor.hooks.flex_dense import INSTRUMENTATION, DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.hooks.rebinding import rebinding, user_files_on_stack
@@ -46,6 +47,7 @@ _FLEX_MODULE = "torch.nn.attention.flex_attention"
 _COMPILE_ARGUMENT = re.compile(r"\bcompile\(\s*([\w.\[\]]+)\s*[,)]")
 _MODULE_COMPILE = re.compile(r"([\w.\[\]]+)\.compile\(")  # `block.compile(backend=...)`: nn.Module.compile
 _COMPILE_CALLS_KEPT = 64
+_SOURCE_KEPT = 200  # characters of the compile call's line kept, to quote it in a fix
 COMPILED_WRAPPER = "compiled wrapper"
 RAW = "raw flex_attention"
 TRANSFORMERS_COMPILED = "transformers compiled flex"  # its singleton, called outside the interface
@@ -60,11 +62,30 @@ def _compiled_name(file: str, line: int, target: Any, raw: Any) -> str:
     """How the call site spelled what it compiled (`model`, `self.layer`), else what it is."""
     text = linecache.getline(file, line)
     match = _COMPILE_ARGUMENT.search(text) or _MODULE_COMPILE.search(text)
-    if match:
+    if match and match.group(1) != "torch":  # `torch.compile(Block(), ...)` names no variable
         return match.group(1).strip()
     if target is raw:
         return "flex_attention"
     return getattr(target, "__qualname__", None) or type(target).__name__
+
+
+_REPEATED_INDEX = re.compile(r"\.\d+\.")
+
+
+def _layer_shape(name: str) -> str:
+    """`layers.N.attention` for `layers.3.attention`: the layers one block class repeats."""
+    return _REPEATED_INDEX.sub(".N.", f".{name}.")
+
+
+def _compiled_block(name: str, by_name: dict[str, list[Any]]) -> bool:
+    """The module `name` or one above it is compiled by itself: `nn.Module.compile()` set its
+    compiled call, or torch.compile wrapped it (an OptimizedModule holds it as `_orig_mod`)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        for module in by_name.get(".".join(parts[:end]), []):
+            if getattr(module, "_compiled_call_impl", None) is not None or hasattr(module, "_orig_mod"):
+                return True
+    return False
 
 
 def _prime_dynamo_tables() -> None:
@@ -104,6 +125,9 @@ class FlexSite(CallStats):
     stack_files: tuple[str, ...] = ()
     compiled_at: str | None = None  # file:line of the torch.compile call
     rebound: dict[str, Any] | None = None  # a raw call through a name once bound to a compiled wrapper
+    # the layer whose trace this site's graph is (blocks compiled one by one share one graph,
+    # which dynamo traces in the first block only)
+    shared_graph_of: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -242,6 +266,7 @@ class FlexCallRecorder:
                     else {}
                 ),
                 "target": _compiled_name(file, line, target, self._raw),
+                "source": linecache.getline(file, line).strip()[:_SOURCE_KEPT],
                 "backend": backend if isinstance(backend, str) else type(backend).__name__,
                 "dynamic": dynamic if isinstance(dynamic, bool) else None,
                 "fullgraph": kwargs.get("fullgraph") is True,
@@ -279,20 +304,7 @@ class FlexCallRecorder:
                 if self.seen_by_interface():
                     return fn(query, key, value, *args, **kwargs)
                 caller = self._outside_transformers(caller)
-            module = self.namer.calling_module(caller)  # one line serves many layers: key by module too
-            site_key = (caller.f_code.co_filename, caller.f_lineno, id(recording_flex), module)
-            site = self.sites.get(site_key)
-            if site is None:
-                site = self.sites[site_key] = FlexSite(
-                    file=caller.f_code.co_filename,
-                    line=caller.f_lineno,
-                    function=caller.f_code.co_name,
-                    module=module,
-                    via=via,
-                    wrapper_id=id(recording_flex),
-                    stack_files=user_files_on_stack(caller) if via == RAW else (),
-                    **about,
-                )
+            site = self._site_of(caller, recording_flex, via, about)
             if self.on_call is not None:
                 self.on_call(site, True)
             before = self.dense.mark()
@@ -307,8 +319,50 @@ class FlexCallRecorder:
             self.dense.watch_backward(out, site)
             return out
 
+        skip_frame(recording_flex)  # one code object for every stand-in: marked once, cheaply again
         self._wrappers[id(recording_flex)] = recording_flex
         return recording_flex
+
+    def _site_of(self, caller: FrameType, wrapper: Any, via: str, about: dict[str, Any]) -> FlexSite:
+        """The site of an eager call from `caller` through `wrapper`: one line serves many layers,
+        so a site is keyed by the calling module too."""
+        module = self.namer.calling_module(caller)
+        site_key = (caller.f_code.co_filename, caller.f_lineno, id(wrapper), module)
+        site = self.sites.get(site_key)
+        if site is None:
+            site = self.sites[site_key] = FlexSite(
+                file=caller.f_code.co_filename,
+                line=caller.f_lineno,
+                function=caller.f_code.co_name,
+                module=module,
+                via=via,
+                wrapper_id=id(wrapper),
+                stack_files=user_files_on_stack(caller) if via == RAW else (),
+                **about,
+            )
+        return site
+
+    def _add_shared_graph_sites(self) -> None:
+        """Blocks compiled one by one (`block.compile()`, `layers[i] = torch.compile(block)`) run one
+        graph that dynamo traced in the first block only, so a flex call traced there stands for the
+        same call in every block of that class compiled the same way. Each such block gets its own
+        site, marked with the layer it shares the graph of; a dense kernel still names its own layer."""
+        by_name: dict[str, list[Any]] = {}
+        for name, module in self.namer.named_modules():
+            by_name.setdefault(name, []).append(module)
+        traced = [(key, site) for key, site in self.sites.items() if key[-1] == "traced" and site.module]
+        known = {site.module for site in self.sites.values()}
+        for key, site in traced:
+            assert site.module is not None
+            shape, kinds = _layer_shape(site.module), {type(m) for m in by_name.get(site.module, [])}
+            if not kinds or not _compiled_block(site.module, by_name):
+                continue
+            for name, modules in by_name.items():
+                if name in known or _layer_shape(name) != shape or not kinds & {type(m) for m in modules}:
+                    continue
+                if _compiled_block(name, by_name):
+                    self.sites[(*key[:3], name, "traced")] = replace(site, module=name, shared_graph_of=site.module)
+                    known.add(name)
 
     def _call_ended(self, site: FlexSite, query: Any, key: Any, mask: Any, before: int) -> None:
         """A method, not a closure per call: this runs inside the user's training step."""
@@ -337,8 +391,21 @@ class FlexCallRecorder:
             for attr, value in list(vars(module).items()):
                 if self._wrappers.get(id(value)) is value:
                     bindings.setdefault(id(value), []).append(f"{name}.{attr}")
+        self._add_shared_graph_sites()
         for site in self.sites.values():
             site.wrapper_names = bindings.get(site.wrapper_id or -1, [])
             if site.via == RAW:
                 executed = tuple(self._executed.files) if self._executed is not None else ()
-                site.rebound = rebinding(site.file, site.line, site.stack_files + executed)
+                strings = tuple(self._executed.strings) if self._executed is not None else ()
+                site.rebound = rebinding(site.file, site.line, site.stack_files + executed, strings)
+
+
+# bookkeeping never compiled as frames of their own (dynamo_skip.py says why)
+for _bookkeeping in (
+    FlexCallRecorder._site_of,
+    FlexCallRecorder._call_ended,
+    FlexCallRecorder._compile,  # torch.compile's stand-in: compiling is lazy, no user code runs in it
+    FlexCallRecorder._set_stance,
+    FlexCallRecorder._outside_transformers,
+):
+    skip_tree(_bookkeeping)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from dflashdoctor.hooks.dynamo_skip import skip_tree
 from dflashdoctor.hooks.graph_nodes import GENERATED, GraphNode, node_of, resolve_module
 from dflashdoctor.observations import DenseEvent
 
@@ -60,7 +61,11 @@ _FLEX_CODE = 8  # torch's flex_attention function
 _EVAL_FRAME_CODE = 16  # dynamo's compiled-function wrappers
 _GENERATED_CODE = 32  # an FX graph's forward
 _DISABLED_CODE = 64  # the wrapper `torch.compiler.disable` puts around a function
-_ROUTE_FACTS = _HAS_CTX | _HOP_WRAPPER_CODE | _FLEX_CODE | _EVAL_FRAME_CODE | _GENERATED_CODE | _DISABLED_CODE
+_RECOMPUTE_CODE = 128  # reentrant activation checkpointing's backward, which runs the forward again
+_ROUTE_FACTS = (
+    _HAS_CTX | _HOP_WRAPPER_CODE | _FLEX_CODE | _EVAL_FRAME_CODE | _GENERATED_CODE | _DISABLED_CODE | _RECOMPUTE_CODE
+)
+_LAYERS_KEPT = 4096  # forward layers awaiting their backward, per graph module path
 _CODES_KEPT = 8192  # code objects (and graph lines) whose facts are kept; past it a table starts again
 # dflashdoctor's own instrumentation, never a call site: another recorder's stand-in may sit between
 # the user and the kernel (a test's expect_fused() inside a `dflashdoctor run`).
@@ -74,7 +79,7 @@ ROUTES = {
 }
 
 
-def _disable_wrapper_codes() -> frozenset[CodeType]:
+def _disable_wrapper_codes() -> tuple[CodeType, ...]:
     """The code of the wrapper `torch.compiler.disable` (dynamo's DisableContext) returns: a frame
     running it is a disabled region. Read from the class itself, so a torch that moves it leaves
     the set empty and the route as before."""
@@ -83,8 +88,46 @@ def _disable_wrapper_codes() -> frozenset[CodeType]:
 
         consts = DisableContext.__call__.__code__.co_consts
     except Exception:
-        return frozenset()
-    return frozenset(c for c in consts if isinstance(c, CodeType) and c.co_name == "_fn")
+        return ()
+    return tuple(c for c in consts if isinstance(c, CodeType) and c.co_name == "_fn")
+
+
+def _recompute_codes() -> tuple[CodeType, ...]:
+    """The code of `torch.utils.checkpoint.CheckpointFunction.backward`: reentrant checkpointing
+    runs the checkpointed forward again inside it, on autograd's thread, outside any compiled
+    region. Empty where this torch has no such function."""
+    try:
+        from torch.utils.checkpoint import CheckpointFunction
+
+        return (CheckpointFunction.backward.__code__,)
+    except Exception:  # another torch: no recompute told apart, nothing else lost
+        return ()
+
+
+def _recomputed(frame: FrameType) -> str:
+    """`file:line in name` of the function reentrant checkpointing recomputes (the ctx's
+    run_function: a module's forward, or a function), and where it is checkpointed if its file says
+    (a line passing `use_reentrant=True`, else the first `checkpoint(` call)."""
+    fn = getattr(frame.f_locals.get("ctx"), "run_function", None)
+    target = getattr(type(fn), "forward", None) if hasattr(fn, "forward") else fn
+    code = getattr(getattr(target, "__func__", target), "__code__", None)
+    if not isinstance(code, CodeType):
+        return "?"
+    return f"{code.co_filename}:{code.co_firstlineno} in {code.co_qualname}" + _checkpoint_call(code.co_filename)
+
+
+@functools.lru_cache(maxsize=256)
+def _checkpoint_call(file: str) -> str:
+    """` (checkpointed at FILE:LINE)` for the line of `file` that passes use_reentrant=True, else
+    its first `checkpoint(` call; empty when the file shows neither."""
+    import linecache
+
+    lines = linecache.getlines(file)[:20_000]
+    for needle in ("use_reentrant=True", '"use_reentrant":True', "'use_reentrant':True", "checkpoint("):
+        hit = next((i for i, text in enumerate(lines, 1) if needle in text.replace(" ", "")), None)
+        if hit is not None:
+            return f" (checkpointed at {file}:{hit})"
+    return ""
 
 
 def _stance_reader() -> Callable[[], str | None]:
@@ -158,6 +201,7 @@ class _Walk(NamedTuple):
     ctx: Any  # the autograd ctx the kernel runs in
     generated: FrameType | None  # the innermost FX graph frame
     disabled_at: str | None  # the torch.compiler.disable'd function between the user and flex_attention
+    recomputed: str | None  # the function reentrant checkpointing was running again when flex ran
 
 
 def _score_bytes(q_shape: list[int], kv_shape: list[int]) -> int:
@@ -206,6 +250,8 @@ class DenseFlexRecorder:
         # A graph's layer path (`L['self'].layers.1.self_attn`, class) -> the name its forward
         # resolved: a backward graph on the autograd thread has no frame to resolve it on.
         self._graph_layers: dict[tuple[str, str], str] = {}
+        # The same path -> the layers its forwards named, latest last, for the backwards to take.
+        self._forward_layers: dict[tuple[str, str], list[str]] = {}
         self._saved: list[tuple[Any, Any, Callable[..., Any]]] = []
         self.skip_prefixes = (
             *INSTRUMENTATION,
@@ -222,9 +268,12 @@ class DenseFlexRecorder:
         # (id(code), line) of a generated graph -> (code, the node's module path and class, or None).
         self._graph_lines: dict[tuple[int, int], tuple[CodeType, tuple[str, str] | None]] = {}
         self._disable_codes = _disable_wrapper_codes()
+        self._recompute_codes = _recompute_codes()
         self._stance_of = _stance_reader()
         # where the user last set the compiler stance (`file:line`), told by the flex-call recorder
         self.stance_set_at: str | None = None
+        # Sees each dense forward's event and the op's arguments before its kernel runs (fix_replay.FixReplay).
+        self.capture: Callable[[DenseEvent, tuple[Any, ...], dict[str, Any]], None] | None = None
 
     def __enter__(self) -> DenseFlexRecorder:
         self.unavailable = self._install()
@@ -329,6 +378,8 @@ class DenseFlexRecorder:
     def _wrap(self, kind: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
         def recording_kernel(*args: Any, **kwargs: Any) -> Any:
             event = self._record(kind, args)
+            if self.capture is not None and kind == "forward":
+                self.capture(event, args, kwargs)
             if self.on_event is not None:
                 self.on_event(event)
             if not (self.measure_memory and event.device.startswith("cuda")):
@@ -345,6 +396,7 @@ class DenseFlexRecorder:
             return result
 
         recording_kernel.__wrapped__ = kernel  # type: ignore[attr-defined]
+        skip_tree(recording_kernel)  # the dense kernel below: never frames of its own, as when torch calls it
         return recording_kernel
 
     def _learn(self, code: CodeType) -> int:
@@ -362,8 +414,11 @@ class DenseFlexRecorder:
             facts |= _EVAL_FRAME_CODE
         if filename.startswith(GENERATED):
             facts |= _GENERATED_CODE
-        if code in self._disable_codes:
+        # by identity: `in` on a set hashes the code, and a dynamo resume function's constants hold a dict
+        if any(code is known for known in self._disable_codes):
             facts |= _DISABLED_CODE
+        if any(code is known for known in self._recompute_codes):
+            facts |= _RECOMPUTE_CODE
         if len(self._facts) >= _CODES_KEPT:  # generated graphs come and go: bound what is held
             self._facts.clear()
         self._facts[id(code)] = (code, facts)
@@ -379,7 +434,7 @@ class DenseFlexRecorder:
         compiled code around it is then beside the point).
         """
         users: list[FrameType] = []
-        ctx = generated = disabled_at = None
+        ctx = generated = disabled_at = recomputed = None
         flex_seen = hop_wrapper = compiled_above = False
         depth = 0
         known_facts = self._facts.get
@@ -398,6 +453,8 @@ class DenseFlexRecorder:
                     flex_seen, compiled_above = True, False
                 elif flex_seen and facts & _DISABLED_CODE:
                     disabled_at = disabled_at or _disabled_function(frame)
+                elif facts & _RECOMPUTE_CODE:
+                    recomputed = recomputed or _recomputed(frame)
                 elif flex_seen and facts & _EVAL_FRAME_CODE:
                     compiled_above = True
                 if generated is None and facts & _GENERATED_CODE:
@@ -409,13 +466,13 @@ class DenseFlexRecorder:
             route = "disabled"
         elif flex_seen:
             route = ("compiled-eager" if hop_wrapper else "graph") if compiled_above else "raw"
-        return _Walk(users, route, ctx, generated, disabled_at)
+        return _Walk(users, route, ctx, generated, disabled_at, recomputed)
 
     def _record(self, kind: str, args: tuple[Any, ...]) -> DenseEvent:
         query, key = (*args, None, None)[:2]
         q_shape = list(getattr(query, "shape", ()))
         kv_shape = list(getattr(key, "shape", ()))
-        frames, route, ctx, generated, disabled_at = self._walk(sys._getframe(2))
+        frames, route, ctx, generated, disabled_at, recomputed = self._walk(sys._getframe(2))
         node = self._graph_node(generated) if generated is not None else None
         if route is None and node is not None:  # AOTAutograd's graph calls the op itself, below flex_attention
             route = "graph"
@@ -432,9 +489,10 @@ class DenseFlexRecorder:
             thread=threading.current_thread().name,
             route=route,
             disabled_at=disabled_at,
+            recomputed=recomputed,
             stance=(stance := self._stance_of()),
             stance_set_at=self.stance_set_at if stance else None,
-            layer=self._layer(node, frames),
+            layer=self._layer(node, frames, kind),
             older_than=self._older_than(sys._getframe(2)),
         )
         if ctx is not None:
@@ -460,22 +518,32 @@ class DenseFlexRecorder:
         module = known[1]
         return GraphNode(module_path=module[0], module_class=module[1], frame=frame) if module else None
 
-    def _layer(self, node: GraphNode | None, frames: list[FrameType]) -> str | None:
+    def _layer(self, node: GraphNode | None, frames: list[FrameType], kind: str) -> str | None:
         """The module that made the call: the layer a running graph node was traced in, else the
         innermost module whose forward is on the stack."""
         if self.namer is None:
             return None
-        named = self._graph_layer(node) if node is not None else None
+        named = self._graph_layer(node, kind) if node is not None else None
         if named is None and frames:
             named = self.namer.calling_module(frames[0])
         return named
 
-    def _graph_layer(self, node: GraphNode) -> str | None:
+    def _graph_layer(self, node: GraphNode, kind: str) -> str | None:
+        """A forward resolves the node's module on its live frames. A backward graph runs on
+        autograd's thread with no such frame; blocks compiled one by one share one graph, and so
+        one module path (`L['self'].attention`), so the layers their forwards named are kept as a
+        stack per path and each backward takes the latest (autograd runs backwards last first)."""
         key = (node.module_path, node.module_class)
         module = resolve_module(node.module_path, node.frame.f_back, _ROUTE_DEPTH, self.skip_prefixes)
         if module is not None and self.namer is not None:
-            self._graph_layers[key] = self.namer.name(module, node.frame.f_back)
-        return self._graph_layers.get(key)
+            name = self._graph_layers[key] = self.namer.name(module, node.frame.f_back)
+            if kind == "forward":
+                stack = self._forward_layers.setdefault(key, [])
+                stack.append(name)
+                del stack[:-_LAYERS_KEPT]
+            return name
+        pending = self._forward_layers.get(key) if kind == "backward" else None
+        return pending.pop() if pending else self._graph_layers.get(key)
 
     @staticmethod
     def _link_through_ctx(ctx: Any, event: DenseEvent) -> None:
@@ -500,6 +568,7 @@ class DenseFlexRecorder:
                 # table keyed by the graph's module path, which blocks sharing one graph also share
                 event.route, event.layer = forward.route, forward.layer or event.layer
                 event.disabled_at = forward.disabled_at
+                event.recomputed = forward.recomputed or event.recomputed
                 event.stance, event.stance_set_at = forward.stance, forward.stance_set_at
                 event.older_than = event.older_than or forward.older_than
                 return
@@ -509,3 +578,14 @@ class DenseFlexRecorder:
         # The shape check keeps a fused call's spent hook from claiming an unrecorded call's backward.
         if owner is not None and owner.q_shape == event.q_shape:
             event.forward_site = owner.charge_backward(event)
+
+
+# bookkeeping the stand-ins call from frames dynamo may run eagerly (dynamo_skip.py says why)
+for _bookkeeping in (
+    DenseFlexRecorder._record,
+    DenseFlexRecorder.mark,
+    DenseFlexRecorder.events_since,
+    DenseFlexRecorder.watch_backward,
+    DenseFlexRecorder._expect_backward_of,
+):
+    skip_tree(_bookkeeping)

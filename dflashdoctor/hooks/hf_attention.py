@@ -34,6 +34,7 @@ import torch
 
 from dflashdoctor.hooks.call_stats import CallStats
 from dflashdoctor.hooks.compiled_calls import comptime, traced_call, traced_tensor
+from dflashdoctor.hooks.dynamo_skip import skip_frame, skip_tree
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 
@@ -311,6 +312,7 @@ class HFAttentionRecorder:
             return result
 
         recording_attention.__wrapped__ = fn  # type: ignore[attr-defined]
+        skip_frame(recording_attention)  # transformers' attention below runs as it would without it
         return recording_attention
 
     def _make_layer_hook(self) -> Callable[[torch.nn.Module, Any, Any], None]:
@@ -330,4 +332,8 @@ class HFAttentionRecorder:
             site.training = bool(module.training)
             site.calls += 1
 
+        skip_tree(layer_called)
         return layer_called
+
+
+skip_tree(HFAttentionRecorder._site)  # bookkeeping (dynamo_skip.py says why)

@@ -13,6 +13,8 @@ from types import FrameType
 
 import torch
 
+from dflashdoctor.hooks.dynamo_skip import skip_tree
+
 _MAX_FRAMES = 200
 
 
@@ -66,3 +68,7 @@ class ModuleNamer:
                     return self.name(candidate, frame)
             frame = frame.f_back
         return None
+
+
+for _lookup in (ModuleNamer.name, ModuleNamer.calling_module):
+    skip_tree(_lookup)  # bookkeeping, called from stand-ins' frames (dynamo_skip.py says why)

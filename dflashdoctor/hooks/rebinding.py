@@ -14,14 +14,19 @@ Probed side: standard library only.
 from __future__ import annotations
 
 import ast
+import dis
 import linecache
 import os
 import sys
 import sysconfig
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
+from dflashdoctor.hooks.compile_origin import library_of
+
 _MAX_FILES = 200
+_MAX_DEPTH = 4
+_STORES = ("STORE_ATTR", "STORE_NAME", "STORE_GLOBAL")
 _MAX_BYTES = 2_000_000
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # dflashdoctor's own files
 _LIBRARY_DIRS = tuple(
@@ -47,21 +52,31 @@ def called_name(file: str, line: int) -> str | None:
     return None
 
 
-def rebinding(file: str, line: int, stack_files: tuple[str, ...] = ()) -> dict[str, Any] | None:
+def rebinding(
+    file: str,
+    line: int,
+    stack_files: tuple[str, ...] = (),
+    strings: tuple[tuple[str, CodeType], ...] = (),
+) -> dict[str, Any] | None:
     """Where the name called on `file:line` was last assigned something other than a
     `torch.compile(...)`, when it was also assigned a compiled wrapper (or looks like one).
 
     `stack_files` are the user's files that were on the stack when the call was made: the launcher
     script (run as __main__, so gone from sys.modules once it returns), a file run through runpy, a
-    conftest; the first place a user rebinds a name."""
+    conftest; the first place a user rebinds a name. `strings` is code run from a string with
+    `exec` and the line that ran it: one that stores the name is the rebinding, ahead of any
+    assignment in the source text (which may sit in a branch that never ran)."""
     name = called_name(file, line)
     if not name or name in ("flex_attention", "torch.nn.attention.flex_attention.flex_attention"):
         return None
     attr = name.rsplit(".", 1)[-1]
     compiled, raw = [], []
+    ran = [place for place, code in strings if _stores(code, attr)]
     for path in _user_files(file, stack_files):
         for assigned_line, value in _assignments(path, attr):
             (compiled if _is_compile_call(value) else raw).append((path, assigned_line))
+    if ran and (compiled or "compile" in attr.lower()):
+        raw = [(ran[-1].rpartition(":")[0], int(ran[-1].rpartition(":")[2]))]
     if not raw or not (compiled or "compile" in attr.lower()):
         return None
     rebound_file, rebound_line = raw[-1]
@@ -71,6 +86,19 @@ def rebinding(file: str, line: int, stack_files: tuple[str, ...] = ()) -> dict[s
         "line": rebound_line,
         "compiled_at": f"{compiled[0][0]}:{compiled[0][1]}" if compiled else None,
     }
+
+
+def _stores(code: CodeType, attr: str, depth: int = 0) -> bool:
+    """The code (or a function defined in it) assigns `attr` as a name or an attribute."""
+    try:
+        for instruction in dis.get_instructions(code):
+            if instruction.opname in _STORES and instruction.argval == attr:
+                return True
+    except Exception:  # a code object this Python cannot read: no evidence
+        return False
+    return depth < _MAX_DEPTH and any(
+        _stores(const, attr, depth + 1) for const in code.co_consts if isinstance(const, CodeType)
+    )
 
 
 def dotted_name(node: ast.AST) -> str | None:
@@ -123,7 +151,7 @@ def user_files_on_stack(frame: FrameType | None) -> tuple[str, ...]:
         path = frame.f_code.co_filename
         if not path.startswith("<"):
             path = os.path.abspath(path)
-            if not path.startswith(_LIBRARY_DIRS) and path not in files:
+            if not path.startswith(_LIBRARY_DIRS) and library_of(path) is None and path not in files:
                 files.append(path)
         frame = frame.f_back
     return tuple(files)
@@ -140,7 +168,7 @@ def _user_files(first: str, stack_files: tuple[str, ...]) -> list[str]:
         if not isinstance(path, str) or not path.endswith(".py"):
             continue
         path = os.path.abspath(path)
-        if path.startswith(_LIBRARY_DIRS) or path in files:
+        if path.startswith(_LIBRARY_DIRS) or library_of(path) is not None or path in files:
             continue
         files.append(path)
         if len(files) >= _MAX_FILES:

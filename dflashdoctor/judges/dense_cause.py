@@ -39,6 +39,7 @@ CauseKind = Literal[
     "dynamo-disabled",
     "disabled-region",
     "compiler-stance",
+    "reentrant-checkpoint",
     "never-compiled",
     "rebound-wrapper",
     "model-backend",
@@ -49,6 +50,7 @@ CauseKind = Literal[
     "recompile-limit-new-object",
     "recompile-limit",
     "changing-float",
+    "compile-failed",
     "skipped-frame",
     "compiled-but-eager",
     "unknown",
@@ -99,6 +101,7 @@ class CompileCall:
     backend: str
     dynamic: bool | None
     fullgraph: bool = False
+    source: str | None = None  # the line as written
     library: str | None = None  # the library that called torch.compile for the user (file/line: the user's frame)
     library_at: str | None = None
     setting: str | None = None  # the user's option that asked for it, as written
@@ -126,6 +129,7 @@ class CompileCall:
                         backend=str(r.get("backend") or "inductor"),
                         dynamic=dynamic if isinstance(dynamic, bool) else None,
                         fullgraph=r.get("fullgraph") is True,
+                        source=_text_or_none(r.get("source")),
                         library=_text_or_none(r.get("library")),
                         library_at=_text_or_none(r.get("library_at")),
                         setting=_text_or_none(r.get("setting")),
@@ -148,6 +152,7 @@ class DenseCall:
     known_file: str | None = None  # a file the guard's shortened path may stand for
     disabled_at: str | None = None  # `file:line in name`: the torch.compiler.disable'd function that called it
     stance: str | None = None  # torch.compiler.set_stance's stance at the call, when not the default
+    recomputed: str | None = None  # the function reentrant checkpointing was recomputing
     stance_set_at: str | None = None  # `file:line` of the set_stance call
 
 
@@ -167,6 +172,8 @@ def explain(
         )
     if call.disabled_at:
         return _disabled_region(call.disabled_at, compile_calls)
+    if call.recomputed and call.route in ("raw", "compiled-eager", None):
+        return _reentrant(call.recomputed)
     if call.stance in _EAGER_STANCES and call.route != "raw":
         return _stance(call.stance, call.stance_set_at, compiles)
     if call.rebound:
@@ -187,6 +194,9 @@ def explain(
     skipped = next((r for r in reversed(compiles) if is_skipped_frame(r)), None)
     if skipped is not None:
         return _skipped(skipped, compiles)
+    failed = next((r for r in reversed(compiles) if r.get("fail_type") and not is_recompile_limit(r)), None)
+    if failed is not None and call.route in ("compiled-eager", None):
+        return failed_compile(failed, "dynamo ran the frame as plain Python instead (suppress_errors)", call.known_file)
     if call.route == "compiled-eager":
         return Cause(
             "compiled-but-eager",
@@ -237,11 +247,15 @@ def _model_backend(backend: str | None, compile_calls: list[CompileCall]) -> Cau
         return _framework_backend(named, call, inlined)
     at = f" at {call.at}" if call else ""
     what = f"`torch.compile({call.target}, backend={call.backend!r})`{at}" if call else "its torch.compile call"
+    if call is not None and call.source and "compile" in call.source:  # the line as the user wrote it
+        what = f"`{call.source}`{at} (backend {call.backend!r})"
     summary = (
         f"compiled region of backend {named!r}: {what} never reaches Inductor, so every flex_attention call "
         "inside it runs the dense kernel"
     )
     plain = f"`torch.compile({call.target if call else 'model'})`"
+    if call is not None and call.source and f"{call.target}.compile(" in call.source:
+        plain = f"`{call.target}.compile()`"
     fix = f"Compile with Inductor: drop `backend={named!r}` from {what} ({plain})." + inlined
     return Cause("model-backend", summary, fix, call.where if call else None)
 
@@ -316,6 +330,24 @@ def _stance(stance: str, set_at: str | None, compiles: list[dict[str, Any]]) -> 
     )
 
 
+def _reentrant(recomputed: str) -> Cause:
+    """flex ran dense in reentrant activation checkpointing's recompute: `checkpoint(...,
+    use_reentrant=True)` runs the checkpointed forward again inside backward, as plain Python on
+    autograd's thread, where the compiled region around the first forward is gone."""
+    what, _, at = recomputed.partition(" (checkpointed at ")
+    place, _, name = what.partition(" in ")
+    call_at = at.rstrip(")") or None
+    return Cause(
+        "reentrant-checkpoint",
+        f"reentrant activation checkpointing recomputed `{name}` ({place}) in backward as plain Python, outside "
+        "the compiled region, so the flex_attention it calls ran its dense kernel there",
+        f"Pass `use_reentrant=False` to the `checkpoint(...)`{f' at {call_at}' if call_at else ''}: the "
+        "non-reentrant checkpoint is traced by dynamo into the compiled graph, so the recompute is compiled too "
+        "(HF models: `model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})`).",
+        _where_at(call_at) or _where_at(place),
+    )
+
+
 def _disabled_region(disabled_at: str, compile_calls: list[CompileCall]) -> Cause:
     """flex_attention called from a function under `torch.compiler.disable`: dynamo never traces
     into it, so a compiled model around it (or a compiled wrapper it would inline) changes nothing."""
@@ -324,7 +356,6 @@ def _disabled_region(disabled_at: str, compile_calls: list[CompileCall]) -> Caus
     around = f" (the model is compiled at {compile_calls[0].at})" if compile_calls else ""
     return Cause(
         "disabled-region",
-        "compiler-stance",
         f"`{name}` at {place} is wrapped in `torch.compiler.disable`{around}: dynamo runs it as plain Python, "
         "so the flex_attention it calls runs the dense kernel",
         f"Remove `@torch.compiler.disable` from `{name}` at {place}, so the compiled region traces flex_attention "
@@ -402,6 +433,40 @@ def recompile_limit(
     )
 
 
+_STAGES = {
+    "InductorError": "Inductor's lowering or code generation",
+    "BackendCompilerFailed": "the compile backend",
+    "Unsupported": "dynamo's tracing",
+    "TorchRuntimeError": "dynamo's tracing (running an op on fake tensors)",
+    "UserError": "dynamo's tracing",
+}
+
+
+def failed_compile(record: dict[str, Any], what_then: str, known_file: str | None = None) -> Cause:
+    """A compile that ended in an error: a changing Python float when its recompile guard pins one
+    (automatic dynamic shapes made it symbolic, which Inductor's flex lowering rejects), else what
+    the record shows: the frame, the stage and the error."""
+    stage = _STAGES.get(str(record.get("fail_type")), "compiling")
+    reason = (str(record.get("fail_reason") or "").strip().splitlines() or ["?"])[0][:200]
+    if record.get("recompile_reason"):
+        guard = parse_guard(record["recompile_reason"], known_file, record.get("co_filename"))
+        if changing_float_guard(guard.expression):
+            return changing_float(
+                guard,
+                f"after the first recompile, automatic dynamic shapes made it a symbolic float, and {stage} "
+                f"failed on it ({record.get('fail_type')}: {reason[:120]}); {what_then}",
+            )
+    frame = record.get("co_name") or "?"
+    at = f"{record.get('co_filename')}:{record.get('co_firstlineno')}" if record.get("co_filename") else "?"
+    return Cause(
+        "compile-failed",
+        f"compiling `{frame}` ({at}) failed in {stage} ({record.get('fail_type')}: {reason}); {what_then}",
+        f"The frame `{frame}` at {at} is where it failed; no known cause matches. Compiling it with "
+        "`backend='aot_eager'` tells an Inductor failure (it then compiles) from a tracing one (it still fails).",
+        _where_at(at),
+    )
+
+
 def changing_float_guard(expression: str) -> bool:
     """A guard that pins a Python float a mod closes over or reads from an object
     (`score_mod.__closure__[0].cell_contents == 30.0`, `L['self'].cap == 0.5`): module globals are
@@ -414,15 +479,16 @@ def changing_float(guard: Guard, what_then: str) -> Cause:
     score_mod: under static shapes each value is a new graph until the limit makes flex dense;
     under automatic dynamic shapes the recompile turns it into a symbolic float that Inductor's
     flex_attention lowering cannot take, and the step raises."""
-    name = guard.hint or guard.expression.split(" ==", 1)[0].strip()
-    at = f" ({guard.where.file}:{guard.where.line})" if guard.where else ""
+    name = guard.name
+    where = guard.user_line
+    at = f" ({where.file}:{where.line})" if where else ""
     return Cause(
         "changing-float",
         f"score_mod/mask_mod read the Python float `{name}`{at}, which changed between calls: {what_then}",
         f"Keep `{name}` in a 0-d tensor made once (`{name} = torch.tensor(value, device=...)`) and update it in "
         f"place each step (`{name}.fill_(new_value)`), so score_mod reads a tensor and one graph serves every "
         "value; a closure made per step over a Python float is a new constant each time.",
-        guard.where,
+        where,
     )
 
 

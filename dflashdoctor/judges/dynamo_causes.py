@@ -7,6 +7,7 @@ dense_cause.py, so that a report, a run and a failing test say the same thing.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,11 @@ _COMPILE_ID_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
 _LOCATION = re.compile(r"(?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$")
 _IMPORTED_GLOBAL = re.compile(r"G\['__import_(\w+?)'\]\.(\w+)")
 _PLAIN_GLOBAL = re.compile(r"G\['(\w+)'\]")
+_USER_STACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)')
+_NOT_THE_USERS = (
+    *("/site-packages/", "/dist-packages/", "/lib/python3"),
+    *("/dflashdoctor/hooks/", "/dflashdoctor/agent/", "/dflashdoctor/testing/"),
+)
 _HINT = re.compile(r'\(HINT: guard on "([^"]+)"\)')
 
 
@@ -64,6 +70,25 @@ class Guard:
     source: str
     where: Where | None
     hint: str | None = None  # the user's name for the guarded value, where dynamo gives one
+    user_where: Where | None = None  # the innermost frame of dynamo's user stack outside installed libraries
+
+    @property
+    def name(self) -> str:
+        """What the user calls the guarded value: dynamo's hint, else the last attribute of its
+        source (`soft_cap` of `self._modules['layers']._modules['0'].soft_cap`)."""
+        if self.hint:
+            return self.hint
+        head = self.expression.split(" ==", 1)[0].strip()
+        return re.split(r"[.\]]", head)[-1].strip("'\"[") or head
+
+    @property
+    def user_line(self) -> Where | None:
+        """The user's line for it: the guard's own location unless that is a library's, else the
+        innermost user frame dynamo's stack names."""
+        known = self.where is not None and os.path.isabs(self.where.file)  # dynamo cuts long paths short
+        if self.where is not None and known and not _is_library(self.where.file):
+            return self.where
+        return self.user_where or self.where
 
     @property
     def reads_global(self) -> bool:
@@ -89,7 +114,23 @@ def parse_guard(reason: str, *known_files: str | None) -> Guard:
         file = next((known for known in known_files if known and known.endswith(file.lstrip("."))), file)
         where = Where(file=file, line=int(location.group("line")), function=location.group("fn"))
     source = parts[1] if len(parts) > 2 else ""
-    return Guard(expression=expression, source=source, where=where, hint=hint.group(1) if hint else None)
+    stack = [m for m in _USER_STACK_FRAME.finditer(reason.partition("User stack trace:")[2])]
+    users = [m for m in stack if not _is_library(m["file"])]
+    user_where = Where(file=users[-1]["file"], line=int(users[-1]["line"]), function=users[-1]["fn"]) if users else None
+    return Guard(
+        expression=expression,
+        source=source,
+        where=where,
+        hint=hint.group(1) if hint else None,
+        user_where=user_where,
+    )
+
+
+def _is_library(file: str) -> bool:
+    """An installed library's file, or dflashdoctor's own instrumentation (a recorder's stand-in is
+    on dynamo's user stack between the user's call and flex_attention)."""
+    path = file.replace("\\", "/")
+    return any(part in path for part in _NOT_THE_USERS)
 
 
 def last_guard(records: list[dict[str, Any]], limit: dict[str, Any], known_file: str | None) -> Guard:

@@ -55,6 +55,7 @@ def dense_cause(event: DenseEvent, block: BlockObservations) -> tuple[str, str]:
         known_file=(event.site or {}).get("file"),
         disabled_at=event.disabled_at,
         stance=event.stance,
+        recomputed=event.recomputed,
         stance_set_at=event.stance_set_at,
     )
     cause = explain(call, [*block.earlier_compiles, *block.compiles], [], dynamo_disabled=block.dynamo_disabled)

@@ -16,24 +16,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dflashdoctor.judges.dense_cause import Cause, CompileCall, changing_float, changing_float_guard, recompile_limit
-from dflashdoctor.judges.dynamo_causes import is_recompile_limit, parse_guard
+from dflashdoctor.judges.dense_cause import Cause, CompileCall, failed_compile, recompile_limit
+from dflashdoctor.judges.dynamo_causes import is_recompile_limit
 from dflashdoctor.judges.graph_breaks import read_break
 from dflashdoctor.judges.known_causes import known_cause
-from dflashdoctor.probe_support import first_line
 from dflashdoctor.report import Where
 
 _USER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\s*$', re.MULTILINE)
 # dynamo re-raising an exception the traced code itself raised: the code's error, not a graph break
 _OBSERVED = re.compile(r"^Observed exception|raised exception \w+\(", re.MULTILINE)
+# the exception came out of torch's compile machinery or flex's own higher-order op
+_INSIDE_COMPILE = re.compile(r"torch/(_dynamo|_inductor|_functorch|_higher_order_ops)/")
 _LIBRARIES = ("/site-packages/", "/dist-packages/", "/lib/python3")
-_STAGES = {
-    "InductorError": "Inductor's lowering or code generation",
-    "BackendCompilerFailed": "the compile backend",
-    "Unsupported": "dynamo's tracing",
-    "TorchRuntimeError": "dynamo's tracing (running an op on fake tensors)",
-    "UserError": "dynamo's tracing",
-}
 
 
 def _from_user_code(message: str) -> list[str]:
@@ -56,7 +50,10 @@ def _failed_compile(error: dict[str, Any], compiles: list[dict[str, Any]]) -> di
 
 
 def explain_raised(
-    error: dict[str, Any], compiles: list[dict[str, Any]], compile_calls: list[CompileCall]
+    error: dict[str, Any],
+    compiles: list[dict[str, Any]],
+    compile_calls: list[CompileCall],
+    known_file: str | None = None,
 ) -> Cause | None:
     """The cause of an exception a traced run ended with, when the evidence names one; None for an
     error that no compile record or known hazard speaks to (the script's own bug)."""
@@ -65,16 +62,20 @@ def explain_raised(
     failed = _failed_compile(error, compiles)
     if "recompile limit" in message.lower() or (failed is not None and is_recompile_limit(failed)):
         limit = failed if failed is not None and is_recompile_limit(failed) else {"fail_reason": message}
-        return recompile_limit(compiles, limit, compile_calls, None)
+        return recompile_limit(compiles, limit, compile_calls, known_file)
     if failed is not None and failed.get("recompile_reason"):
-        guard = parse_guard(failed["recompile_reason"], failed.get("co_filename"))
-        if changing_float_guard(guard.expression):
-            return changing_float(
-                guard,
-                "after the first recompile, automatic dynamic shapes made it a symbolic float, and "
-                f"{_STAGES.get(str(error.get('type')), 'compiling')} raised ({error.get('type')}: "
-                f"{first_line(message)[:160]})",
-            )
+        float_cause = failed_compile(failed, "the step raised", known_file)
+        if float_cause.kind == "changing-float":
+            return float_cause
+    recompiled = [r for r in compiles if r.get("recompile_reason")]
+    if failed is None and recompiled and _INSIDE_COMPILE.search(text):
+        # torch 2.11 on an H200: after a float's recompile, compiling flex's autograd raised an
+        # AssertionError of its own with no compile record: the recompile that led there is the cause
+        for record in reversed(recompiled):
+            seen = {"fail_type": error.get("type"), "fail_reason": message[:300]}
+            float_cause = failed_compile(record | seen, "the step raised", known_file)
+            if float_cause.kind == "changing-float":
+                return float_cause
     frames = _from_user_code(text)
     if frames and error.get("type") in ("Unsupported", "UserError") and not _OBSERVED.search(message):
         return _fullgraph_break(message, frames, compile_calls)
@@ -82,7 +83,7 @@ def explain_raised(
     if hazard is not None:
         return Cause(hazard.name, hazard.cause, hazard.fix)
     if failed is not None:
-        return _compile_failed(error, failed)
+        return failed_compile(failed, "the step raised", known_file)
     return None
 
 
@@ -108,21 +109,6 @@ def _fullgraph_break(message: str, frames: list[str], compile_calls: list[Compil
         fix += f" Or drop `fullgraph=True` at {full.at} to let dynamo break the graph there instead of raising."
     where = full.where if full is not None else (_where(user[-1]) if user else None)
     return Cause("fullgraph-break", summary, fix, where)
-
-
-def _compile_failed(error: dict[str, Any], failed: dict[str, Any]) -> Cause:
-    """No known cause: what the records show, the frame that failed to compile and the stage."""
-    frame = failed.get("co_name") or "?"
-    at = f"{failed.get('co_filename')}:{failed.get('co_firstlineno')}" if failed.get("co_filename") else "?"
-    stage = _STAGES.get(str(error.get("type")), "compiling")
-    reason = first_line(str(failed.get("fail_reason") or error.get("message") or ""))[:200]
-    return Cause(
-        "compile-failed",
-        f"compiling `{frame}` ({at}) failed in {stage}: {reason}",
-        f"The frame `{frame}` at {at} is where it failed; no known cause matches. Compiling it with "
-        "`backend='aot_eager'` tells an Inductor failure (it then passes) from a tracing one (it still raises).",
-        _where(at + " in " + frame),
-    )
 
 
 def _where(frame: str) -> Where | None:

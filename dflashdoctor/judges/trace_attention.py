@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, Literal
 
 from dflashdoctor.budgets import Budgets
@@ -21,6 +22,7 @@ from dflashdoctor.judges.kernel_resources import OutOfResources, out_of_resource
 from dflashdoctor.judges.raised_cause import explain_raised
 from dflashdoctor.judges.tables import call_site_charts, call_site_table
 from dflashdoctor.observations import DenseEvent, TraceAttentionObservations
+from dflashdoctor.records import FIX_REPLAY_PHASE, FixReplayRecord
 from dflashdoctor.report import Finding, ProbeResult, Where
 
 _FLEX = "flex_attention"
@@ -138,6 +140,8 @@ def user_site(site: dict[str, Any]) -> dict[str, Any]:
         path = "raw-flex"
         via = "raw flex_attention" + ("" if site.get("in_compiled_region") else " (not compiled)")
         verdict = "dense" if _ran_dense(site) else "fused"
+    if site.get("shared_graph_of"):
+        via += f"; the compiled graph traced in {site['shared_graph_of']} (blocks compiled one by one share it)"
     row = _row(site, origin=_origin(site["file"]), path=path, via=via, impl=_FLEX, verdict=verdict)
     return {**row, "wrapper_names": site["wrapper_names"], "compiled_at": site.get("compiled_at")} | (
         {"rebound": site["rebound"]} if site.get("rebound") else {}
@@ -262,6 +266,47 @@ def _belongs_to(event: DenseEvent, row: dict[str, Any]) -> bool:
     return event.kind == "forward" and any(s.startswith(frame[0]) and s.endswith(frame[1]) for s in event.stack)
 
 
+def _replayed_call(record: FixReplayRecord) -> DenseEvent:
+    """The dense forward a replay record was made from, as far as charging it to a row goes."""
+    return DenseEvent(
+        "forward",
+        FIX_REPLAY_PHASE,
+        [],
+        [],
+        "",
+        record["device"],
+        0,
+        record["site"],
+        stack=record["stack"],
+        forward_site=record["forward_site"],
+        layer=record["layer"],
+    )
+
+
+def fix_replay_text(record: FixReplayRecord | None) -> str:
+    """The fix replayed on the user's own call, in one clause: proven only where the compiled call
+    ran and no dense kernel fired during it (hooks/fix_replay.py decides; this only says it)."""
+    if record is None:
+        return "fix not proven: no dense forward call of this site was captured to replay"
+    if not record["proven"]:
+        return f"fix not proven: {record['reason']}"
+    said = [f"fused ({record['dense_kernels']} dense kernels)"]
+    direction = "forward/backward" if record["backward"] else "forward"
+    fused = size_text(record["fused_peak_bytes"])
+    if record["dense_out_of_memory"]:
+        said.append(f"{direction} peak: the dense call ran out of memory, the fused one {fused}")
+    elif record["dense_peak_bytes"] is not None and record["fused_peak_bytes"] is not None:
+        said.append(f"{direction} peak {size_text(record['dense_peak_bytes'])} -> {fused}")
+    elif record["device"].startswith("cpu"):
+        said.append("forward only (on the CPU flex_attention has no backward and no peak is measured)")
+    if record["max_abs_diff"] is not None:
+        said.append(f"max |diff| {record['max_abs_diff']:.1g}")
+    text = "fix proven on this call: " + ", ".join(said)
+    if record["replayed_as"]:
+        text += f" (the same call, shapes and mods, of {record['replayed_as']} was replayed)"
+    return text
+
+
 class TraceAttentionJudge(Judge):
     def __init__(self, observations: TraceAttentionObservations, budgets: Budgets) -> None:
         super().__init__("trace-attention", budgets)
@@ -272,7 +317,9 @@ class TraceAttentionJudge(Judge):
         parts = observations.parts()
         self.sites = [call_site(s) for part in parts for s in part["sites"]]
         self.sites += [user_site(s) for part in parts for s in part.get("flex_sites", [])]
-        self.unclaimed = [e for e in observations.dense_events if not e.forward_site]
+        # the kernels the fix replay ran itself are no call of the user's
+        self.dense_events = [e for e in observations.dense_events if e.phase != FIX_REPLAY_PHASE]
+        self.unclaimed = [e for e in self.dense_events if not e.forward_site]
         self.sites += self._rows_for_shared_graphs()
         self._claim_outer_region_events()
         self.sites = merge_rows(self.sites)
@@ -286,7 +333,7 @@ class TraceAttentionJudge(Judge):
                 row["cause"], row["cause_kind"] = cause.summary, cause.kind
 
     def _cause(self, row: dict[str, Any]) -> Cause:
-        events = [e for e in self.observations.dense_events if _charged(e, row)]
+        events = [e for e in self.dense_events if _charged(e, row)]
         call = DenseCall(
             route=_route(row, events),
             backend=row.get("backend"),
@@ -299,6 +346,7 @@ class TraceAttentionJudge(Judge):
             known_file=row.get("file"),
             disabled_at=next((e.disabled_at for e in events if e.disabled_at), None),
             stance=next((e.stance for e in events if e.stance), None),
+            recomputed=next((e.recomputed for e in events if e.recomputed), None),
             stance_set_at=next((e.stance_set_at for e in events if e.stance_set_at), None),
         )
         return explain(
@@ -357,6 +405,8 @@ class TraceAttentionJudge(Judge):
         self._graph_breaks()
         self._bypasses()
         self.measurements["call_sites"] = self.sites + self._layers_not_run()
+        if self.observations.fix_replays:
+            self.measurements["fix_replays"] = self.observations.fix_replays
         self.tables.append(call_site_table(self.measurements["call_sites"]))
         self.comparisons += call_site_charts(self.measurements["call_sites"])
         return self.result()
@@ -543,7 +593,9 @@ class TraceAttentionJudge(Judge):
             )
             return
         first_line = (error["message"].strip().splitlines() or [""])[0]
-        cause = explain_raised(error, self.observations.compiles, self.compile_calls)
+        cause = explain_raised(
+            error, self.observations.compiles, self.compile_calls, where.file if where is not None else None
+        )
         self.findings.append(
             finding(
                 "target-raised",
@@ -576,6 +628,7 @@ class TraceAttentionJudge(Judge):
             if not events:
                 continue
             first = events[0]
+            replay = self._fix_replay(lambda call, first=first: (call.site, call.layer) == (first.site, first.layer))
             self.findings.append(
                 finding(
                     f"dense-{direction}",
@@ -585,7 +638,8 @@ class TraceAttentionJudge(Judge):
                         f"building a float32 score matrix of {size_text(first.score_matrix_bytes)} per call. Likely "
                         "causes: a flex_attention reference bound before tracing started, or a call inside a "
                         "compiled region the recorders could not see."
-                    ),
+                    )
+                    + self._fix_replay_note(replay),
                     where=Where(**first.site) if first.site else None,
                     evidence={f"dense_{direction}_calls": len(events), "events": [e.to_dict() for e in events[:8]]},
                     fix="Call flex_attention through a wrapper compiled once with the default (Inductor) backend; "
@@ -598,6 +652,11 @@ class TraceAttentionJudge(Judge):
         name = site["module"] or site["function"]
         cause = self.causes[id(site)]
         called = "" if site["in_outer_region"] else "through "
+
+        def belongs(call: DenseEvent) -> bool:
+            return _charged(call, site) or _belongs_to(call, site)
+
+        replay = self._fix_replay(belongs)
         for direction in ("forward", "backward"):
             count = site[f"dense_{direction}"]
             if not count:
@@ -610,12 +669,26 @@ class TraceAttentionJudge(Judge):
                     f"{name}: flex_attention {direction} ran the dense kernel ({times})",
                     detail=f"Called {called}{site['via']}. Cause: {cause.summary}. {_memory_note(site, direction)} "
                     f"Verdict: {site['verdict']}."
-                    + (f" The line to change: {cause.where.file}:{cause.where.line}." if cause.where else ""),
+                    + (f" The line to change: {cause.where.file}:{cause.where.line}." if cause.where else "")
+                    + self._fix_replay_note(replay),
                     where=_site_where(site),
-                    evidence=site,
+                    evidence=site if replay is None else {**site, "fix_replay": replay},
                     fix=cause.fix,
                 )
             )
+
+    def _fix_replay(self, belongs: Callable[[DenseEvent], bool]) -> FixReplayRecord | None:
+        """The replay of a call that `belongs` to the site or finding, if one was made."""
+        replays = self.observations.fix_replays or []
+        return next((r for r in replays if belongs(_replayed_call(r))), None)
+
+    def _fix_replay_note(self, replay: FixReplayRecord | None) -> str:
+        """The sentence a dense finding ends with: nothing where no replay was tried (`run`, or
+        observations recorded before the replay)."""
+        if self.observations.fix_replays is None:
+            return ""
+        text = fix_replay_text(replay)
+        return f" Replayed through torch.compile(flex_attention) (Inductor) after the run: {text.rstrip('.')}."
 
     def _flex_sites(self) -> None:
         flex = [s for s in self.sites if s["impl"] == _FLEX]

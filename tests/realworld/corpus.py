@@ -43,6 +43,7 @@ class Case:
     raises: bool = False  # the script ends in an error (the cause is the error's)
     fix_says: tuple[str, ...] = ()  # what the fix must name
     change: tuple[str, str] | None = None  # (file, start of the line) a user edits
+    also_change: tuple[str, str] | None = None  # another line the same edit touches, as good an answer
     gpu_args: tuple[str, ...] | None = None  # the arguments on a GPU (forward and backward); None: CPU only
     notes: dict[str, Any] = field(default_factory=dict)
 
@@ -55,6 +56,10 @@ class Case:
         if self.change is None:
             return None
         return f"{self.change[0]}:{line_of(*self.change)}"
+
+    @property
+    def also_change_at(self) -> str | None:
+        return f"{self.also_change[0]}:{line_of(*self.also_change)}" if self.also_change else None
 
     @property
     def faulty(self) -> bool:
@@ -86,7 +91,7 @@ def score(case: Case, exit_code: int, report: dict[str, Any] | None) -> dict[str
         kinds = {(f.get("evidence") or {}).get("cause_kind") for f in told}
     else:
         kinds = {r.get("cause_kind") for r in rows if _name(r) in dense}
-    place = case.change_at
+    place, also = case.change_at, case.also_change_at
     return {
         "verdict": exit_code == (1 if case.faulty else 0),
         "sites": dense == set(case.dense_layers) and fused >= set(case.fused_layers) and not fused & dense,
@@ -94,7 +99,9 @@ def score(case: Case, exit_code: int, report: dict[str, Any] | None) -> dict[str
         "fix": all(all(text in (f.get("fix") or "") for text in case.fix_says) for f in told) and bool(told)
         if case.faulty
         else True,
-        "line": bool(told) and all(_names_line(f, place) for f in told) if place else True,
+        "line": bool(told) and all(_names_line(f, place) or (also and _names_line(f, also)) for f in told)
+        if place
+        else True,
     }
 
 
@@ -170,5 +177,150 @@ CASES: list[Case] = [
         "titan_rebound.py",
         source="pytorch/torchtitan@0012170a0708b751408e6085f970082ecd678d2b (torchtitan/models/attention.py)",
         fused_layers=TITAN_LAYERS,
+    ),
+]
+
+
+TITAN_BLOCKS = "pytorch/torchtitan@177b050ca1c5 (torchtitan/models/llama3/infra/parallelize.py, apply_compile)"
+TITAN_INNER = frozenset({"layers.0.attention.inner_attention", "layers.1.attention.inner_attention"})
+TUNE_DISABLE = "pytorch/torchtune@1e1ef022e079 (torchtune/modules/attention_utils.py)"
+TUNE_LAYERS = frozenset({"layers.0.attn", "layers.1.attn"})
+GYM_SOFTCAP = "meta-pytorch/attention-gym@7fdb85d0b966 (attn_gym/mods/softcapping.py)"
+TWO_LAYERS = frozenset({"layers.0", "layers.1"})
+TITAN_DETERMINISM = "pytorch/torchtitan@06562f393dba (torchtitan/distributed/utils.py, set_determinism)"
+HF_MASK = "transformers==5.25.0 (masking_utils.py flex_attention_mask, create_block_mask(_compile=True))"
+HF_TRAINER = "accelerate==1.16.0 (accelerator.py prepare_model) under transformers==5.25.0 Trainer"
+FACTORY_CHECKPOINT = "hiyouga/LLaMA-Factory@06d78ff17112 (model_utils/checkpointing.py, use_reentrant=True)"
+GPU_TRAIN = ("--device", "cuda", "--train", "--seq", "2048")
+
+CASES += [
+    Case(
+        "titan_per_block.py",
+        ("--backend", "aot_eager"),
+        source=TITAN_BLOCKS,
+        dense_layers=TITAN_INNER,
+        cause="model-backend",
+        fix_says=("aot_eager", "does not help"),
+        change=("titan_per_block.py", "transformer_block.compile(backend=backend"),
+        gpu_args=("--backend", "aot_eager", *GPU_TRAIN),
+    ),
+    Case(
+        "titan_per_block.py",
+        ("--backend", "aot_eager", "--style", "replace"),
+        source=TITAN_BLOCKS,
+        dense_layers=TITAN_INNER,
+        cause="model-backend",
+        fix_says=("aot_eager", "does not help"),
+        change=("titan_per_block.py", "transformer_block = torch.compile(transformer_block, backend=backend"),
+    ),
+    Case("titan_per_block.py", ("--backend", "inductor"), source=TITAN_BLOCKS, fused_layers=TITAN_INNER),
+    Case(
+        "titan_per_block.py",
+        ("--backend", "inductor", "--style", "replace"),
+        source=TITAN_BLOCKS,
+        fused_layers=TITAN_INNER,
+    ),
+    Case("titan_per_block.py", ("--backend", "aot_eager", "--regional"), source=TITAN_BLOCKS, fused_layers=TITAN_INNER),
+    Case(
+        "disable_helper.py",
+        ("--helper", "disabled"),
+        source=TUNE_DISABLE,
+        dense_layers=TUNE_LAYERS,
+        cause="disabled-region",
+        fix_says=("Remove `@torch.compiler.disable`",),
+        change=("disable_helper.py", "@torch.compiler.disable"),
+        gpu_args=("--helper", "disabled", *GPU_TRAIN),
+    ),
+    Case("disable_helper.py", ("--helper", "plain"), source=TUNE_DISABLE, fused_layers=TUNE_LAYERS),
+    Case("disable_helper.py", ("--helper", "torchtune"), source=TUNE_DISABLE, fused_layers=TUNE_LAYERS),
+    Case("disable_helper.py", ("--helper", "shallow"), source=TUNE_DISABLE, fused_layers=TUNE_LAYERS),
+    Case(
+        "annealed_softcap.py",
+        source=GYM_SOFTCAP,
+        raises=True,
+        cause="changing-float",
+        fix_says=("0-d tensor", "fill_"),
+        change=("annealed_softcap.py", "cap = self.soft_cap_tensor if args.tensor"),
+        also_change=("annealed_softcap.py", "out = flex_attention(q.sin(), k.sin(), v, score_mod=generate_tanh"),
+        gpu_args=GPU_TRAIN,
+    ),
+    Case(
+        "annealed_softcap.py",
+        ("--static",),
+        source=GYM_SOFTCAP,
+        dense_layers=TWO_LAYERS,
+        cause="changing-float",
+        fix_says=("0-d tensor", "fill_"),
+        change=("annealed_softcap.py", "cap = self.soft_cap_tensor if args.tensor"),
+        also_change=("annealed_softcap.py", "out = flex_attention(q.sin(), k.sin(), v, score_mod=generate_tanh"),
+        gpu_args=("--static", *GPU_TRAIN),
+    ),
+    Case("annealed_softcap.py", ("--tensor",), source=GYM_SOFTCAP, fused_layers=TWO_LAYERS),
+    Case(
+        "launcher_rebound.py",
+        ("--rebind", "launcher"),
+        source=TITAN_DETERMINISM,
+        dense_layers=TITAN_INNER,
+        cause="rebound-wrapper",
+        fix_says=("Remove the rebinding", "FlexAttention._compiled_flex_attn"),
+        change=("launcher_rebound.py", "FlexAttention._compiled_flex_attn = flex_attention"),
+    ),
+    Case(
+        "launcher_rebound.py",
+        ("--rebind", "exec"),
+        source=TITAN_DETERMINISM,
+        dense_layers=TITAN_INNER,
+        cause="rebound-wrapper",
+        fix_says=("Remove the rebinding",),
+        change=("launcher_rebound.py", "exec(DETERMINISM_PATCH"),
+    ),
+    Case(
+        "launcher_rebound.py",
+        ("--rebind", "runpy"),
+        source=TITAN_DETERMINISM,
+        dense_layers=TITAN_INNER,
+        cause="rebound-wrapper",
+        fix_says=("Remove the rebinding",),
+        change=("titan_determinism_patch.py", "FlexAttention._compiled_flex_attn = flex_attention"),
+    ),
+    Case("launcher_rebound.py", source=TITAN_DETERMINISM, fused_layers=TITAN_INNER),
+    Case(
+        "hf_fullgraph.py",
+        source=HF_MASK,
+        raises=True,
+        cause="fullgraph-break",
+        fix_says=("ignore_logging_functions", "fullgraph=True"),
+        change=("hf_fullgraph.py", "model = torch.compile(model, backend=args.backend, fullgraph=True)"),
+        gpu_args=GPU_TRAIN,
+    ),
+    Case("hf_fullgraph.py", ("--no-fullgraph",), source=HF_MASK, fused_layers=LLAMA_LAYERS),
+    Case(
+        "hf_trainer_compile.py",
+        ("--backend", "aot_eager"),
+        source=HF_TRAINER,
+        dense_layers=LLAMA_LAYERS,
+        cause="model-backend",
+        fix_says=("torch_compile_backend", "inductor"),
+        change=("hf_trainer_compile.py", "torch_compile_backend=args.backend"),
+        gpu_args=("--backend", "aot_eager", *GPU_TRAIN),
+    ),
+    Case("hf_trainer_compile.py", ("--backend", "inductor"), source=HF_TRAINER, fused_layers=LLAMA_LAYERS),
+    Case(
+        "reentrant_checkpoint.py",
+        ("--compile-model", "--raw"),
+        source=FACTORY_CHECKPOINT,
+        dense_layers=frozenset({"layers.0.self_attn", "layers.1.self_attn"}),
+        cause="reentrant-checkpoint",
+        fix_says=("use_reentrant=False",),
+        change=("reentrant_checkpoint.py", 'gradient_checkpointing_kwargs = {"use_reentrant": True}'),
+        gpu_args=("--compile-model", "--raw", *GPU_TRAIN),
+        notes={"gpu_only": True},  # the recompute runs in backward, which flex lacks on the CPU
+    ),
+    Case(
+        "reentrant_checkpoint.py",
+        ("--compile-model", "--raw", "--no-reentrant"),
+        source=FACTORY_CHECKPOINT,
+        fused_layers=frozenset({"layers.0.self_attn", "layers.1.self_attn"}),
+        gpu_args=("--compile-model", "--raw", "--no-reentrant", *GPU_TRAIN),
     ),
 ]

@@ -16,6 +16,7 @@ from dflashdoctor.call_plan import CallPlan
 from dflashdoctor.fla_guards import FlaGuard
 from dflashdoctor.hooks import dynamo_watch
 from dflashdoctor.hooks.autotuner_guard import ConcurrentEntry
+from dflashdoctor.hooks.fix_replay import ReplayOutcome
 from dflashdoctor.hooks.flex_calls import FlexSite
 from dflashdoctor.hooks.hf_attention import SiteRecord
 from dflashdoctor.observations import DenseEvent
@@ -39,6 +40,9 @@ WRITERS = {
     "ShapeRecord": lambda: shape_with("cpu", {}).to_dict(),
     "CallPlanRecord": lambda: CallPlan().to_dict(),
     "DenseEventRecord": lambda: DenseEvent("forward", "p", [1], [1], "float32", "cpu", 4, None).to_dict(),
+    "FixReplayRecord": lambda: ReplayOutcome(
+        site=None, forward_site=None, layer=None, stack=[], device="cpu"
+    ).to_dict(),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dflashdoctor.budgets import Budgets
+from dflashdoctor.judges.trace_attention import fix_replay_text
 from tests.unit.recorded import codes, documented, found, judged, judged_case
 
 CASES = {
@@ -73,3 +74,48 @@ def test_graph_breaks_over_the_gate_budget_fail_the_section():
     assert over.evidence == {"budget": "max_graph_breaks", "limit": 0, "measured": 2, "probe": "trace-attention"}
     (line,) = [c for c in result.checks if "budget-exceeded" in c.codes]  # the graph breaks' own line, failing
     assert line.name == "graph breaks" and line.status == "fail"
+
+
+def test_each_dense_site_says_whether_the_fix_was_proven_on_its_own_call():
+    """tests/targets/fix_replay.py on this CPU: one call of each dense site replayed through
+    torch.compile(flex_attention) after the run; the float32 one fused, the float64 one refused by
+    Inductor's CPU kernel. Proven only where the replay ran with no dense kernel."""
+    (result,) = judged("cpu/trace-fix-replay")
+    dense = {f.where.module: f for f in found([result], "dense-forward")}
+    assert sorted(dense) == ["float64", "proven"]
+    proven, refused = dense["proven"], dense["float64"]
+    assert "fix proven on this call: fused (0 dense kernels), forward only" in proven.detail
+    assert proven.evidence["fix_replay"]["proven"] and proven.evidence["fix_replay"]["max_abs_diff"] < 1e-3
+    assert "fix not proven: the compiled call raised" in refused.detail and "float64" in refused.detail
+    assert "fix proven" not in refused.detail and not refused.evidence["fix_replay"]["proven"]
+    assert [r["layer"] for r in result.measurements["fix_replays"]] == ["proven", "float64"]
+    # the replay's own dense kernel is no call of the user's: no unclaimed dense finding for it
+    assert len(dense) == len(found([result], "dense-forward"))
+
+
+def test_a_replay_is_said_as_it_went():
+    proven = judged("cpu/trace-fix-replay")[0].measurements["fix_replays"][0]
+    on_gpu = {
+        **proven,
+        "device": "cuda:0",
+        "backward": True,
+        "dense_peak_bytes": 16 << 30,
+        "fused_peak_bytes": 72 << 20,
+    }
+    assert fix_replay_text(on_gpu) == (
+        "fix proven on this call: fused (0 dense kernels), forward/backward peak 16 GiB -> 72 MiB, max |diff| 5e-07"
+    )
+    out_of_memory = {**on_gpu, "dense_out_of_memory": True, "dense_peak_bytes": None, "max_abs_diff": None}
+    assert "the dense call ran out of memory, the fused one 72 MiB" in fix_replay_text(out_of_memory)
+    assert fix_replay_text({**proven, "replayed_as": "layers.0.attention"}).endswith(
+        "(the same call, shapes and mods, of layers.0.attention was replayed)"
+    )
+    timed_out = {**proven, "proven": False, "reason": "replay timed out after 240 s"}
+    assert fix_replay_text(timed_out) == "fix not proven: replay timed out after 240 s"
+    assert fix_replay_text(None) == "fix not proven: no dense forward call of this site was captured to replay"
+
+
+def test_observations_from_before_the_replay_say_nothing_of_it():
+    results = judged("cpu/realworld-titan-rebound")
+    assert all("Replayed through" not in f.detail for f in found(results, "dense-forward"))
+    assert "fix_replays" not in results[0].measurements

@@ -62,6 +62,7 @@ SCENARIOS: dict[str, list[str]] = {
     "trace-hf-graph-breaks": ["trace-attention", "--script", str(TARGETS / "graph_breaks.py"), "--", "hf"],
     "trace-script-graph-breaks": ["trace-attention", "--script", str(TARGETS / "graph_breaks.py"), "--", "print"],
     "trace-ddp-graph-breaks": ["trace-attention", "--script", str(TARGETS / "ddp_flex.py")],
+    "trace-fix-replay": ["trace-attention", "--script", str(TARGETS / "fix_replay.py")],
     "realworld-llama-aot-eager": [
         "trace-attention",
         "--script",
