@@ -153,6 +153,7 @@ class DenseCall:
     disabled_at: str | None = None  # `file:line in name`: the torch.compiler.disable'd function that called it
     stance: str | None = None  # torch.compiler.set_stance's stance at the call, when not the default
     recomputed: str | None = None  # the function reentrant checkpointing was recomputing
+    site_at: str | None = None  # `file:line` of the call, as the recorders saw it
     stance_set_at: str | None = None  # `file:line` of the set_stance call
 
 
@@ -442,7 +443,9 @@ _STAGES = {
 }
 
 
-def failed_compile(record: dict[str, Any], what_then: str, known_file: str | None = None) -> Cause:
+def failed_compile(
+    record: dict[str, Any], what_then: str, known_file: str | None = None, site_at: str | None = None
+) -> Cause:
     """A compile that ended in an error: a changing Python float when its recompile guard pins one
     (automatic dynamic shapes made it symbolic, which Inductor's flex lowering rejects), else what
     the record shows: the frame, the stage and the error."""
@@ -458,13 +461,22 @@ def failed_compile(record: dict[str, Any], what_then: str, known_file: str | Non
             )
     frame = record.get("co_name") or "?"
     at = f"{record.get('co_filename')}:{record.get('co_firstlineno')}" if record.get("co_filename") else "?"
+    if _in_library(at):  # torch's own frame (flex_attention compiled for the user's call): name the call
+        at = site_at or "your call"
     return Cause(
         "compile-failed",
-        f"compiling `{frame}` ({at}) failed in {stage} ({record.get('fail_type')}: {reason}); {what_then}",
-        f"The frame `{frame}` at {at} is where it failed; no known cause matches. Compiling it with "
-        "`backend='aot_eager'` tells an Inductor failure (it then compiles) from a tracing one (it still fails).",
+        f"compiling `{frame}` (for {at}) failed in {stage} ({record.get('fail_type')}: {reason}); {what_then}",
+        f"Make the call at {at} compile: the error above says what {stage} cannot take; change that argument or "
+        "setting. Compiling with `backend='aot_eager'` tells an Inductor failure (it then compiles) from a tracing "
+        "one (it still fails). If `torch._dynamo.config.suppress_errors = True` is set, unset it so such a "
+        "failure stops the run instead of running flex dense.",
         _where_at(at),
     )
+
+
+def _in_library(place: str) -> bool:
+    path = place.replace("\\", "/")
+    return any(part in path for part in ("/site-packages/", "/dist-packages/", "/lib/python3"))
 
 
 def changing_float_guard(expression: str) -> bool:

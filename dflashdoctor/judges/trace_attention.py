@@ -347,6 +347,7 @@ class TraceAttentionJudge(Judge):
             disabled_at=next((e.disabled_at for e in events if e.disabled_at), None),
             stance=next((e.stance for e in events if e.stance), None),
             recomputed=next((e.recomputed for e in events if e.recomputed), None),
+            site_at=f"{row['file']}:{row['line']}" if row.get("file") else None,
             stance_set_at=next((e.stance_set_at for e in events if e.stance_set_at), None),
         )
         return explain(

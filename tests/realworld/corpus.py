@@ -26,10 +26,12 @@ LLAMA_LAYERS = frozenset({"model.layers.0.self_attn", "model.layers.1.self_attn"
 TITAN_LAYERS = frozenset({"layers.0.attention", "layers.1.attention"})
 
 
-def line_of(script: str, text: str) -> int:
-    """The line of a case script that starts with `text` (docstrings quote the same code)."""
+def line_of(script: str, text: str, after: str = "") -> int:
+    """The line of a case script that starts with `text` (docstrings quote the same code), the
+    first after the line that starts with `after` when the same text is on two lines."""
     lines = (HERE / script).read_text(encoding="utf-8").splitlines()
-    return next(i for i, line in enumerate(lines, 1) if line.strip().startswith(text))
+    start = next(i for i, line in enumerate(lines, 1) if line.strip().startswith(after)) if after else 0
+    return next(i for i, line in enumerate(lines, 1) if i > start and line.strip().startswith(text))
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,8 @@ class Case:
     cause: str | None = None  # the cause kind of every dense row, or of the raised error
     raises: bool = False  # the script ends in an error (the cause is the error's)
     fix_says: tuple[str, ...] = ()  # what the fix must name
-    change: tuple[str, str] | None = None  # (file, start of the line) a user edits
-    also_change: tuple[str, str] | None = None  # another line the same edit touches, as good an answer
+    change: tuple[str, ...] | None = None  # (file, start of the line a user edits[, the line it follows])
+    also_change: tuple[str, ...] | None = None  # another line the same edit touches, as good an answer
     gpu_args: tuple[str, ...] | None = None  # the arguments on a GPU (forward and backward); None: CPU only
     notes: dict[str, Any] = field(default_factory=dict)
 
@@ -263,7 +265,7 @@ CASES += [
         dense_layers=TITAN_INNER,
         cause="rebound-wrapper",
         fix_says=("Remove the rebinding", "FlexAttention._compiled_flex_attn"),
-        change=("launcher_rebound.py", "FlexAttention._compiled_flex_attn = flex_attention"),
+        change=("launcher_rebound.py", "FlexAttention._compiled_flex_attn = flex_attention", 'if args.rebind == "'),
     ),
     Case(
         "launcher_rebound.py",
