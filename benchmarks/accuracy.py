@@ -14,6 +14,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,17 +25,15 @@ sys.path.insert(0, str(ROOT))
 from tests.realworld.corpus import CASES, DIMENSIONS, HERE, Case, score  # noqa: E402
 
 
-def _run(case: Case, args: tuple[str, ...], reports: Path | None) -> tuple[int, dict[str, Any] | None, float]:
-    command = [sys.executable, "-m", "dflashdoctor", "trace-attention", "--script", str(HERE / case.script), "--json"]
-    if reports is not None:
-        command[-1:-1] = ["--report-dir", str(reports / case.id)]
-        command.remove("--json")
+def _run(case: Case, args: tuple[str, ...], reports: Path) -> tuple[int, dict[str, Any] | None, float]:
+    folder = reports / case.id
+    command = [sys.executable, "-m", "dflashdoctor", "trace-attention", "--script", str(HERE / case.script)]
+    command += ["--report-dir", str(folder), "--", *args]
     start = time.perf_counter()
-    done = subprocess.run([*command, "--", *args], capture_output=True, text=True, cwd=HERE, timeout=1200)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=HERE, timeout=1200)
     took = time.perf_counter() - start
     try:
-        text = (reports / case.id / "report.json").read_text() if reports is not None else done.stdout
-        return done.returncode, json.loads(text), took
+        return done.returncode, json.loads((folder / "report.json").read_text()), took
     except (OSError, ValueError):
         return done.returncode, None, took
 
@@ -52,11 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         chosen = [c for c in chosen if not c.notes.get("gpu_only")]
     rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        return _score(chosen, options, options.reports or Path(scratch), rows)
+
+
+def _score(chosen: list[Case], options: argparse.Namespace, reports: Path, rows: list[dict[str, Any]]) -> int:
     print(f"| case | source | {' | '.join(DIMENSIONS)} | seconds |")
     print("|---|---|" + "---|" * len(DIMENSIONS) + "---|")
     for case in chosen:
         args = case.gpu_args if options.device == "cuda" and case.gpu_args is not None else case.args
-        code, report, took = _run(case, args, options.reports)
+        code, report, took = _run(case, args, reports)
         scored = score(case, code, report)
         rows.append({"case": case.id, "source": case.source, "exit": code, **scored, "seconds": round(took, 1)})
         marks = " | ".join("right" if scored[d] else "WRONG" for d in DIMENSIONS)

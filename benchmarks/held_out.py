@@ -15,6 +15,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,14 @@ TRUTH = ROOT / "tests" / "realworld" / "held_out" / "truth.json"
 
 
 def _trace(script: str, args: list[str]) -> tuple[int, dict[str, Any] | None]:
-    command = [sys.executable, "-m", "dflashdoctor", "trace-attention", "--script", str(ROOT / script), "--json"]
-    done = subprocess.run([*command, "--", *args], capture_output=True, text=True, cwd=ROOT, timeout=1200)
-    try:
-        return done.returncode, json.loads(done.stdout)
-    except ValueError:
-        return done.returncode, None
+    with tempfile.TemporaryDirectory() as folder:
+        command = [sys.executable, "-m", "dflashdoctor", "trace-attention", "--script", str(ROOT / script)]
+        command += ["--report-dir", folder, "--", *args]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1200)
+        try:
+            return done.returncode, json.loads((Path(folder) / "report.json").read_text())
+        except (OSError, ValueError):
+            return done.returncode, None
 
 
 def _told(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -58,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         row |= {
             "verdict": code == (1 if truth["verdict"] == "dense" else 0),
             "sites": dense == set(truth["dense_sites"]),
-            "line": place is None
-            or any(n.endswith(p) or p in details for n in named for p in [place, *also] if p),
+            "line": place is None or any(n.endswith(p) or p in details for n in named for p in [place, *also] if p),
             "cause_kinds": sorted({r.get("cause_kind") for r in flex if r.get("cause_kind")}),
             "summary": next((r.get("cause") for r in flex if r.get("cause")), None)
             or next((f["title"] for f in told), None),

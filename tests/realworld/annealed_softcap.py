@@ -1,5 +1,5 @@
 """Real-code case: tanh soft-capping of attention scores (Gemma 2 / Grok-1 style) as a flex_attention
-score_mod built by a factory closing over the cap, in the style of meta-pytorch/attention-gym@7fdb85d0b96668397adee48de54b6f1036497717
+score_mod built by a closure over the cap, after meta-pytorch/attention-gym@7fdb85d0b96668397adee48de54b6f1036497717
 attn_gym/mods/softcapping.py (`generate_tanh_softcap(soft_cap)` returns `tanh_softcap(score, ...)`
 computing `soft_cap * tanh(score / soft_cap)`), used here as a training script would when it anneals
 the cap: a Python float on the attention module, lowered a little every step, and a fresh score_mod
@@ -86,10 +86,7 @@ def set_soft_cap(model: Model, cap: float) -> None:
 
 model = Model().to(args.device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-if args.static:
-    compiled = torch.compile(model, dynamic=False)
-else:
-    compiled = torch.compile(model)
+compiled = torch.compile(model, dynamic=False) if args.static else torch.compile(model)
 mask = create_block_mask(causal, None, None, SEQ, SEQ, device=args.device)
 with torch.set_grad_enabled(args.train):
     for step in range(args.steps):

@@ -13,7 +13,8 @@ and the frames it skipped (with its reason), those in user code listed apart.
 Usage: python ground_truth.py SCRIPT [ARGS...]; prints one JSON object on stdout (its last line).
 Keys: dense_forwards, recompile_limit_hits, compiles (as before); dense_fwd_calls, dense_backwards,
 dense_sites, recompile_reasons, fail_reasons, graph_breaks, graph_break_reasons, skipped_frames,
-skipped_frames_total, error (the script's exception, or null; the probe still exits 0 with it).
+skipped_frames_total, ddp_optimizer_subgraphs (subgraphs of each graph DDPOptimizer split), error (the
+script's exception, or null; the probe still exits 0 with it).
 """
 
 import collections
@@ -24,6 +25,7 @@ import json
 import os
 import runpy
 import sys
+import sysconfig
 import traceback
 
 import torch
@@ -32,13 +34,15 @@ from torch.profiler import profile
 
 _DENSE_SOFTMAX = "aten::_safe_softmax"
 _TORCH = os.path.dirname(torch.__file__)
+_STDLIB = sysconfig.get_paths()["stdlib"]
 _dense = collections.Counter()
 _sites = collections.Counter()
 _skips: list[str] = []
+_ddp_splits: list[int] = []
 
 
 def _library(filename: str) -> bool:
-    return filename.startswith(_TORCH) or "site-packages" in filename or "<" in filename
+    return filename.startswith((_TORCH, _STDLIB)) or "site-packages" in filename or "<" in filename
 
 
 def _head(text: str | None) -> str:
@@ -78,7 +82,9 @@ def _count_dense(hop, key: str) -> None:
 
 def _record_skips() -> None:
     convert_frame = importlib.import_module("torch._dynamo.convert_frame")
-    add = convert_frame.add_skip_reason
+    add = getattr(convert_frame, "add_skip_reason", None)
+    if add is None:  # a torch without skip reasons
+        return
 
     def recorded(reason, frame):
         code = frame.f_code
@@ -88,12 +94,30 @@ def _record_skips() -> None:
     convert_frame.add_skip_reason = recorded
 
 
+def _record_ddp_splits() -> None:
+    """How many subgraphs DDPOptimizer (optimize_ddp) split each compiled graph into."""
+    try:
+        distributed = importlib.import_module("torch._dynamo.backends.distributed")
+        compile_fn = distributed.DDPOptimizer.compile_fn
+    except (ImportError, AttributeError):  # a torch built without distributed
+        return
+
+    def recorded(self, gm, example_inputs, **kwargs):
+        split = compile_fn(self, gm, example_inputs, **kwargs)
+        children = split.named_children() if isinstance(split, torch.nn.Module) else ()
+        _ddp_splits.append(sum(1 for name, _ in children if name.startswith("submod")) or 1)
+        return split
+
+    distributed.DDPOptimizer.compile_fn = recorded
+
+
 def main() -> None:
     script, *args = sys.argv[1:]
     hops = importlib.import_module("torch._higher_order_ops.flex_attention")
     _count_dense(hops.flex_attention, "fwd")
     _count_dense(hops.flex_attention_backward, "bwd")
     _record_skips()
+    _record_ddp_splits()
     sys.argv = [script, *args]
     error = None
     with contextlib.redirect_stdout(io.StringIO()), profile() as prof:
@@ -121,12 +145,15 @@ def main() -> None:
                     f"{m.co_name}: {_head(m.recompile_reason)}" for m in metrics if m.recompile_reason
                 ],
                 "fail_reasons": [
-                    f"{m.co_name}: {m.fail_type}: {_head(m.fail_reason)}" for m in metrics if m.fail_type or m.fail_reason
+                    f"{m.co_name}: {m.fail_type}: {_head(m.fail_reason)}"
+                    for m in metrics
+                    if m.fail_type or m.fail_reason
                 ],
                 "graph_breaks": sum(counters["graph_break"].values()),
                 "graph_break_reasons": {k[:300]: v for k, v in counters["graph_break"].items()},
                 "skipped_frames": user_skips,
                 "skipped_frames_total": len(_skips),
+                "ddp_optimizer_subgraphs": _ddp_splits,
                 "error": error,
             }
         )

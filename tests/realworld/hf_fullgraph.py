@@ -11,8 +11,8 @@ Default: fullgraph=True. `--no-fullgraph` is the twin a user reaches for first (
 mask creation may break the graph, flex stays in the model's Inductor graph). `--block-mask` keeps
 fullgraph=True and builds the BlockMask outside the compiled model (torch's create_block_mask, causal),
 passing it as `attention_mask`: transformers uses a 4-D BlockMask as given. `--reorder-warn` keeps
-fullgraph=True and follows dynamo's own hint: `torch._dynamo.config.reorderable_logging_functions.add(warnings.warn)` (it still raises);
-`--ignore-warn` keeps fullgraph=True with `torch._dynamo.config.ignore_logging_functions.add(warnings.warn)`. On the CPU flex has no
+fullgraph=True and follows dynamo's own hint, `reorderable_logging_functions.add(warnings.warn)` (still
+raises); `--ignore-warn` sets `torch._dynamo.config.ignore_logging_functions.add(warnings.warn)`. On the CPU flex has no
 backward, so the CPU run is a forward (no grad); `--train` runs forward and backward (`--device cuda
 --train` on a GPU).
 """

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from titan_attention_module import SEQ, VOCAB, FlexAttention, Transformer, causal  # noqa: E402
+from titan_attention_module import SEQ, VOCAB, FlexAttention, Transformer, causal
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--rebind", choices=["launcher", "exec", "runpy"])

@@ -3,8 +3,7 @@ flex attention run uncompiled "for determinism", as pytorch/torchtitan@06562f393
 torchtitan/distributed/utils.py (`set_determinism`, on ROCm) does. Re-written in our own words.
 """
 
-from torch.nn.attention.flex_attention import flex_attention
-
 from titan_attention_module import FlexAttention
+from torch.nn.attention.flex_attention import flex_attention
 
 FlexAttention._compiled_flex_attn = flex_attention
