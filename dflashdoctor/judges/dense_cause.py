@@ -354,7 +354,10 @@ def _disabled_region(disabled_at: str, compile_calls: list[CompileCall]) -> Caus
     into it, so a compiled model around it (or a compiled wrapper it would inline) changes nothing."""
     place, _, name = disabled_at.partition(" in ")
     where = _where_at(place)
-    around = f" (the model is compiled at {compile_calls[0].at})" if compile_calls else ""
+    regions = [c for c in compile_calls if "flex_attention" not in c.target]  # a wrapper's compile is not the model's
+    around = (
+        f" (compiled code calls it: `{regions[0].source or regions[0].target}` at {regions[0].at})" if regions else ""
+    )
     return Cause(
         "disabled-region",
         f"`{name}` at {place} is wrapped in `torch.compiler.disable`{around}: dynamo runs it as plain Python, "
