@@ -15,14 +15,16 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' | tee -a "$OUT/gpu.txt"
 reports=$(mktemp -d)
-python3 benchmarks/accuracy.py --device cuda --only "${ONLY:-}" --reports "$reports" --json "$OUT/scores.json" 2>&1 | tee "$OUT/scoreboard.md"
+timeout "${CASES_S:-420}" python3 benchmarks/accuracy.py --device cuda --only "${ONLY:-}" --reports "$reports" \
+  --json "$OUT/scores.json" 2>&1 | tee "$OUT/scoreboard.md"
 status=${PIPESTATUS[0]}
+tar czf "$OUT/reports.tgz" -C "$reports" .
 cd tests/realworld
-for case in "titan_per_block.py --backend aot_eager" "reentrant_checkpoint.py --compile-model --raw" "disable_helper.py --helper disabled"; do
+truth_cases=("titan_per_block.py --backend aot_eager" "reentrant_checkpoint.py --compile-model --raw")
+for case in "${truth_cases[@]}"; do
   echo "== truth: $case" | tee -a "$OUT/truth.txt"
   timeout 120 python3 ground_truth.py $case --device cuda --train --seq 2048 2>/dev/null | tail -1 | tee -a "$OUT/truth.txt"
 done
 cd ../..
-timeout 150 python3 -m pytest -m gpu tests/integration/test_fix_replay.py -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/fix-replay-test.txt"
-tar czf "$OUT/reports.tgz" -C "$reports" .
+timeout 100 python3 -m pytest -m gpu tests/integration/test_fix_replay.py -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/fix-replay-test.txt"
 exit "$status"
