@@ -146,12 +146,16 @@ def _stance_reader() -> Callable[[], str | None]:
     return stance
 
 
-def _disabled_function(frame: FrameType) -> str | None:
-    """`file:line in name` of the function a disable wrapper's frame runs: its first line is the
-    decorator's (`@torch.compiler.disable`), the line a user edits."""
+def _disabled_function(frame: FrameType, not_users: tuple[str, ...]) -> str | None:
+    """`file:line in name` of the user's function a disable wrapper's frame runs: its first line is
+    the decorator's (`@torch.compiler.disable`), the line a user edits. torch's own disabled helpers
+    (activation checkpointing's, under `not_users` or an installed package) are not a user's region."""
     fn = frame.f_locals.get("fn")
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     if not isinstance(code, CodeType):
+        return None
+    path = os.path.abspath(code.co_filename)
+    if path.startswith(not_users) or f"{os.sep}site-packages{os.sep}" in path:
         return None
     return f"{code.co_filename}:{code.co_firstlineno} in {code.co_qualname}"
 
@@ -452,7 +456,7 @@ class DenseFlexRecorder:
                 elif facts & _FLEX_CODE:
                     flex_seen, compiled_above = True, False
                 elif flex_seen and facts & _DISABLED_CODE:
-                    disabled_at = disabled_at or _disabled_function(frame)
+                    disabled_at = disabled_at or _disabled_function(frame, self.skip_prefixes)
                 elif facts & _RECOMPUTE_CODE:
                     recomputed = recomputed or _recomputed(frame)
                 elif flex_seen and facts & _EVAL_FRAME_CODE:

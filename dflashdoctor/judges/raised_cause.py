@@ -27,6 +27,8 @@ _USER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?
 _OBSERVED = re.compile(r"^Observed exception|raised exception \w+\(", re.MULTILINE)
 # the exception came out of torch's compile machinery or flex's own higher-order op
 _INSIDE_COMPILE = re.compile(r"torch/(_dynamo|_inductor|_functorch|_higher_order_ops)/")
+# torch's own file (a venv folder named torch is no such file)
+_TORCH_FILE = re.compile(r"(site|dist)-packages/torch/|^(?!.*-packages/).*/torch/")
 _LIBRARIES = ("/site-packages/", "/dist-packages/", "/lib/python3")
 
 
@@ -35,6 +37,7 @@ def _from_user_code(message: str) -> list[str]:
     _, found, tail = message.partition("from user code:")
     if not found:
         return []
+    tail = tail.split("Set TORCHDYNAMO_VERBOSE", 1)[0].split("Traceback (most recent call last)", 1)[0]
     return [f"{m['file']}:{m['line']} in {m['fn']}" for m in _USER_FRAME.finditer(tail)]
 
 
@@ -76,7 +79,7 @@ def explain_raised(
             float_cause = failed_compile(record | seen, "the step raised", known_file)
             if float_cause.kind == "changing-float":
                 return float_cause
-    frames = _from_user_code(text)
+    frames = _from_user_code(message) or _from_user_code(text)
     if frames and error.get("type") in ("Unsupported", "UserError") and not _OBSERVED.search(message):
         return _fullgraph_break(message, frames, compile_calls)
     hazard = known_cause(message, _innermost(text))
@@ -97,7 +100,7 @@ def _fullgraph_break(message: str, frames: list[str], compile_calls: list[Compil
     break it is, with the compile line that asked for one graph."""
     user = [f for f in frames if not _is_library(f)]
     # as for a graph break: the innermost frame outside torch (a library's own line that called it)
-    site = next((f for f in reversed(frames) if "/torch/" not in f.replace("\\", "/")), frames[-1])
+    site = next((f for f in reversed(frames) if not _TORCH_FILE.search(f.replace("\\", "/"))), frames[-1])
     reading = read_break(message, site=site, stack=frames, entry=frames[0])
     full = next((c for c in compile_calls if c.fullgraph), None)
     at = f" `torch.compile({full.target}, fullgraph=True)` at {full.at}" if full else " fullgraph=True"
