@@ -30,6 +30,7 @@ _LIBRARY_DIRS = tuple(
 )
 _MAX_FRAMES = 64
 _MAX_LINES = 20_000
+_PLUGIN_TYPES = ("TorchDynamoPlugin",)  # accelerate's compile settings, held in a user's local
 _MAX_DISTRIBUTIONS = 2000
 _MAX_RECORD_BYTES = 4 << 20
 
@@ -132,6 +133,9 @@ def origin(caller: FrameType, own_files: tuple[str, ...]) -> CompileOrigin | Non
 def _setting(library: str, libraries: list[str], user: FrameType) -> tuple[str | None, str | None]:
     """The option that asked for this compile, where the user wrote it."""
     options = [o for lib, _, opts, _ in _FRAMEWORKS if lib in libraries for o in opts]
+    made = _plugin_assignment(user)
+    if made is not None:
+        return made
     frame: FrameType | None = user
     seen: set[str] = set()
     while frame is not None and len(seen) < 8:
@@ -151,6 +155,20 @@ def _setting(library: str, libraries: list[str], user: FrameType) -> tuple[str |
         if lib in libraries and variable and os.environ.get(variable):
             return f"{variable}={os.environ[variable]}", "the environment"
     return None, None
+
+
+def _plugin_assignment(user: FrameType) -> tuple[str, str] | None:
+    """A compile plugin the user's frame holds in a local (`plugin = TorchDynamoPlugin(backend=...)`):
+    the line that assigned that name is the setting, whichever branch of the file ran (a name in
+    f_locals was assigned; an `Accelerator(dynamo_backend=...)` on another branch was not)."""
+    names = [name for name, value in list(user.f_locals.items()) if type(value).__name__ in _PLUGIN_TYPES]
+    if not names:
+        return None
+    lines = linecache.getlines(user.f_code.co_filename)[: user.f_lineno]
+    for i in range(len(lines), 0, -1):
+        if lines[i - 1].strip().startswith(f"{names[0]} ="):
+            return lines[i - 1].strip()[:160], f"{user.f_code.co_filename}:{i}"
+    return None
 
 
 def _in_file(file: str, options: list[str]) -> tuple[str, str] | None:
