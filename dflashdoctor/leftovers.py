@@ -144,8 +144,14 @@ def stop_leftovers(lineage: Lineage, settle_s: float = _SETTLE_S) -> list[LeftRu
     named: list[LeftRunningRecord] = [
         {"pid": pid, "command": command_of(pid)} for pid in sorted(left) if not follows_its_parent(pid)
     ]
+    # Each one's start time, read now: over the grace period one may exit and its number go to a
+    # new process (a probe the next command starts), which must never get the SIGKILL.
+    born = {pid: _started(pid) for pid in left}
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in list(left):
+            if _started(pid) != born[pid]:
+                left.discard(pid)  # gone, its number perhaps another's already
+                continue
             try:
                 os.kill(pid, sig)
             except PermissionError:
@@ -155,7 +161,14 @@ def stop_leftovers(lineage: Lineage, settle_s: float = _SETTLE_S) -> list[LeftRu
         end = time.monotonic() + _GRACE_S
         while time.monotonic() < end and any(running(pid) for pid in left):
             time.sleep(_GRACE_POLL_S)
-        left = {pid for pid in left if running(pid)}
+        left = {pid for pid in left if running(pid) and _started(pid) == born[pid]}
         if not left:
             break
     return named
+
+
+def _started(pid: int) -> bytes | None:
+    """When the process now holding `pid` started (clock ticks after boot, /proc/PID/stat field 22):
+    two processes that held one number one after the other differ here."""
+    fields = stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None

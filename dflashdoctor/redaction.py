@@ -54,10 +54,10 @@ _NOT_SECRET_AFTER = {
 # words all over a report. A credential is longer: API keys and tokens have 20 characters or more,
 # and 8 is the shortest password NIST SP 800-63B lets a person choose.
 _MIN_SECRET = 8
-# An HF token is `hf_` and 34 letters and digits: `hf_` and a word with `_` in it is a file or a flag
-# (hf_llama_compiled.py, --hf_token), which a report must keep.
+# An HF token is `hf_` and 34 letters and digits; `hf_` and a word followed by `_` or by a file
+# suffix is a file or a flag (hf_llama_compiled.py, hf_fullgraph.py, --hf_token), which a report keeps.
 _TOKEN = re.compile(
-    r"\bhf_[A-Za-z0-9]{20,}\b"
+    r"\bhf_[A-Za-z0-9]{8,}(?!\w|\.\w)"
     r"|\b(ghp_|gho_|ghs_|ghu_|ghr_|github_pat_|sk-|xox[bpas]-|glpat-)[A-Za-z0-9_\-]{8,}|\bAKIA[0-9A-Z]{16}\b"
 )
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")

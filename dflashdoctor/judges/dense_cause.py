@@ -261,6 +261,7 @@ def _model_backend(backend: str | None, compile_calls: list[CompileCall]) -> Cau
     return Cause("model-backend", summary, fix, call.where if call else None)
 
 
+_NOT_A_LINE = ("the command line", "the environment")  # where a setting was given that is no file
 _FRAMEWORK_NAMES = {
     "transformers": "HF Trainer (through accelerate)",
     "accelerate": "accelerate",
@@ -286,7 +287,7 @@ def _framework_backend(backend: str, call: CompileCall, inlined: str) -> Cause:
         f"call at {call.at}{asked}, which never reaches Inductor, so every flex_attention call inside runs dense"
     )
     how = _FRAMEWORK_FIX.get(call.library or "", f"configure {framework} to compile with the inductor backend")
-    where = _where_at(call.setting_at) if call.setting_at and call.setting_at[0] != "t" else None
+    where = _where_at(call.setting_at) if call.setting_at not in (None, *_NOT_A_LINE) else None
     fix = f"Compile with Inductor: {how}"
     fix += f"; the setting is `{call.setting}` at {call.setting_at}." if call.setting else f" (the call at {call.at})."
     return Cause("model-backend", summary, fix + inlined, where or call.where)
