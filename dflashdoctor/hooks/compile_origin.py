@@ -34,12 +34,12 @@ _PLUGIN_TYPES = ("TorchDynamoPlugin",)  # accelerate's compile settings, held in
 _MAX_DISTRIBUTIONS = 2000
 _MAX_RECORD_BYTES = 4 << 20
 
-# (library, what it is called in a fix, the options a user sets, the environment variable)
+# (library, the options a user sets for it, the environment variable that sets them)
 _FRAMEWORKS = (
-    ("transformers", "HF Trainer", ("torch_compile_backend", "torch_compile_mode", "torch_compile"), None),
-    ("accelerate", "accelerate", ("dynamo_backend", "dynamo_plugin", "TorchDynamoPlugin"), "ACCELERATE_DYNAMO_BACKEND"),
-    ("lightning", "Lightning", ("compile",), None),
-    ("torch", "nn.Module.compile", (".compile(",), None),
+    ("transformers", ("torch_compile_backend", "torch_compile_mode", "torch_compile"), None),
+    ("accelerate", ("dynamo_backend", "dynamo_plugin", "TorchDynamoPlugin"), "ACCELERATE_DYNAMO_BACKEND"),
+    ("lightning", ("compile",), None),
+    ("torch", (".compile(",), None),
 )
 
 
@@ -132,7 +132,7 @@ def origin(caller: FrameType, own_files: tuple[str, ...]) -> CompileOrigin | Non
 
 def _setting(library: str, libraries: list[str], user: FrameType) -> tuple[str | None, str | None]:
     """The option that asked for this compile, where the user wrote it."""
-    options = [o for lib, _, opts, _ in _FRAMEWORKS if lib in libraries for o in opts]
+    options = [o for lib, opts, _ in _FRAMEWORKS if lib in libraries for o in opts]
     made = _plugin_assignment(user)
     if made is not None:
         return made
@@ -151,7 +151,7 @@ def _setting(library: str, libraries: list[str], user: FrameType) -> tuple[str |
         if arg.startswith("--") and name in options:
             value = arg.split("=", 1)[1] if "=" in arg else (sys.argv[i + 1] if i + 1 < len(sys.argv) else "")
             return f"--{name} {value}".strip(), "the command line"
-    for lib, _, _, variable in _FRAMEWORKS:
+    for lib, _, variable in _FRAMEWORKS:
         if lib in libraries and variable and os.environ.get(variable):
             return f"{variable}={os.environ[variable]}", "the environment"
     return None, None
