@@ -23,7 +23,8 @@ import sysconfig
 from dataclasses import dataclass
 from types import FrameType
 
-_LIBRARY_DIRS = tuple(
+# the standard library's and installed packages' folders: no user's code (shared by the hooks)
+LIBRARY_DIRS = tuple(
     os.path.abspath(p) + os.sep
     for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
     if p
@@ -61,7 +62,7 @@ def library_of(file: str) -> str | None:
     under the standard library or site-packages, or under a folder on sys.path whose installed
     distributions list it (`pip install --target DIR` then PYTHONPATH=DIR, as on a cluster)."""
     path = os.path.abspath(file)
-    for root in _LIBRARY_DIRS:
+    for root in LIBRARY_DIRS:
         if path.startswith(root):
             rest = path[len(root) :].split(os.sep)
             if rest and rest[0] in ("site-packages", "dist-packages") and len(rest) > 1:

@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 import threading
 from types import CodeType
 from typing import Any
 
+from dflashdoctor.hooks.compile_origin import LIBRARY_DIRS  # imports run through `exec` too
+
 _MAX_FILES = 200
-# imports run through `exec` too: the standard library's and installed packages' are no user's
-_LIBRARY_DIRS = tuple(
-    os.path.abspath(p) + os.sep
-    for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
-    if p
-)
 _lock = threading.Lock()
 _installed = False
 _open: list[Recording] = []  # the recordings now open
@@ -42,12 +37,12 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if name.startswith("<"):  # a string run with exec(): kept with the line that ran it
         caller = sys._getframe(1)
         place = f"{caller.f_code.co_filename}:{caller.f_lineno}"
-        if not os.path.abspath(caller.f_code.co_filename).startswith(_LIBRARY_DIRS):
+        if not os.path.abspath(caller.f_code.co_filename).startswith(LIBRARY_DIRS):
             for recording in _open:
                 if len(recording.strings) < _MAX_FILES:
                     recording.strings.append((place, code))
         return
-    if os.path.abspath(name).startswith(_LIBRARY_DIRS):
+    if os.path.abspath(name).startswith(LIBRARY_DIRS):
         return
     for recording in _open:
         if name not in recording.files and len(recording.files) < _MAX_FILES:

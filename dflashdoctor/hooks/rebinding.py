@@ -18,22 +18,17 @@ import dis
 import linecache
 import os
 import sys
-import sysconfig
 from types import CodeType, FrameType
 from typing import Any
 
-from dflashdoctor.hooks.compile_origin import library_of
+from dflashdoctor.hooks.compile_origin import LIBRARY_DIRS, library_of
 
 _MAX_FILES = 200
 _MAX_DEPTH = 4
 _STORES = ("STORE_ATTR", "STORE_NAME", "STORE_GLOBAL")
 _MAX_BYTES = 2_000_000
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # dflashdoctor's own files
-_LIBRARY_DIRS = tuple(
-    os.path.abspath(p) + os.sep
-    for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), _PACKAGE}
-    if p
-)
+_LIBRARY_DIRS = (*LIBRARY_DIRS, _PACKAGE + os.sep)
 
 
 def called_name(file: str, line: int) -> str | None:

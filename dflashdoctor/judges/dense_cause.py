@@ -27,6 +27,7 @@ from dflashdoctor.judges.dynamo_causes import (
     DENSE_BACKENDS,
     Guard,
     frame_name,
+    is_library_file,
     is_recompile_limit,
     is_skipped_frame,
     last_guard,
@@ -465,7 +466,7 @@ def failed_compile(
             )
     frame = record.get("co_name") or "?"
     at = f"{record.get('co_filename')}:{record.get('co_firstlineno')}" if record.get("co_filename") else "?"
-    if _in_library(at):  # torch's own frame (flex_attention compiled for the user's call): name the call
+    if is_library_file(at):  # torch's own frame (flex_attention compiled for the user's call): name the call
         at = site_at or "your call"
     return Cause(
         "compile-failed",
@@ -476,11 +477,6 @@ def failed_compile(
         "failure stops the run instead of running flex dense.",
         _where_at(at),
     )
-
-
-def _in_library(place: str) -> bool:
-    path = place.replace("\\", "/")
-    return any(part in path for part in ("/site-packages/", "/dist-packages/", "/lib/python3"))
 
 
 def changing_float_guard(expression: str) -> bool:

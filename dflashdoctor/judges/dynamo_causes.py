@@ -86,7 +86,7 @@ class Guard:
         """The user's line for it: the guard's own location unless that is a library's, else the
         innermost user frame dynamo's stack names."""
         known = self.where is not None and os.path.isabs(self.where.file)  # dynamo cuts long paths short
-        if self.where is not None and known and not _is_library(self.where.file):
+        if self.where is not None and known and not is_library_file(self.where.file):
             return self.where
         return self.user_where or self.where
 
@@ -115,7 +115,7 @@ def parse_guard(reason: str, *known_files: str | None) -> Guard:
         where = Where(file=file, line=int(location.group("line")), function=location.group("fn"))
     source = parts[1] if len(parts) > 2 else ""
     stack = [m for m in _USER_STACK_FRAME.finditer(reason.partition("User stack trace:")[2])]
-    users = [m for m in stack if not _is_library(m["file"])]
+    users = [m for m in stack if not is_library_file(m["file"])]
     user_where = Where(file=users[-1]["file"], line=int(users[-1]["line"]), function=users[-1]["fn"]) if users else None
     return Guard(
         expression=expression,
@@ -126,7 +126,7 @@ def parse_guard(reason: str, *known_files: str | None) -> Guard:
     )
 
 
-def _is_library(file: str) -> bool:
+def is_library_file(file: str) -> bool:
     """An installed library's file, or dflashdoctor's own instrumentation (a recorder's stand-in is
     on dynamo's user stack between the user's call and flex_attention)."""
     path = file.replace("\\", "/")

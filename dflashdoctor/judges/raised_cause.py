@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from dflashdoctor.judges.dense_cause import Cause, CompileCall, failed_compile, recompile_limit
-from dflashdoctor.judges.dynamo_causes import is_recompile_limit
+from dflashdoctor.judges.dynamo_causes import is_library_file, is_recompile_limit
 from dflashdoctor.judges.graph_breaks import read_break
 from dflashdoctor.judges.known_causes import known_cause
 from dflashdoctor.report import Where
@@ -29,7 +29,6 @@ _OBSERVED = re.compile(r"^Observed exception|raised exception \w+\(", re.MULTILI
 _INSIDE_COMPILE = re.compile(r"torch/(_dynamo|_inductor|_functorch|_higher_order_ops)/")
 # torch's own file (a venv folder named torch is no such file)
 _TORCH_FILE = re.compile(r"(site|dist)-packages/torch/|^(?!.*-packages/).*/torch/")
-_LIBRARIES = ("/site-packages/", "/dist-packages/", "/lib/python3")
 
 
 def _from_user_code(message: str) -> list[str]:
@@ -39,11 +38,6 @@ def _from_user_code(message: str) -> list[str]:
         return []
     tail = tail.split("Set TORCHDYNAMO_VERBOSE", 1)[0].split("Traceback (most recent call last)", 1)[0]
     return [f"{m['file']}:{m['line']} in {m['fn']}" for m in _USER_FRAME.finditer(tail)]
-
-
-def _is_library(frame: str) -> bool:
-    path = frame.replace("\\", "/")
-    return any(part in path for part in _LIBRARIES)
 
 
 def _failed_compile(error: dict[str, Any], compiles: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -98,7 +92,7 @@ def _innermost(traceback_text: str) -> str:
 def _fullgraph_break(message: str, frames: list[str], compile_calls: list[CompileCall]) -> Cause:
     """A graph break that `fullgraph=True` (or torch.export) turned into an exception: read as the
     break it is, with the compile line that asked for one graph."""
-    user = [f for f in frames if not _is_library(f)]
+    user = [f for f in frames if not is_library_file(f)]
     # as for a graph break: the innermost frame outside torch (a library's own line that called it)
     site = next((f for f in reversed(frames) if not _TORCH_FILE.search(f.replace("\\", "/"))), frames[-1])
     reading = read_break(message, site=site, stack=frames, entry=frames[0])
