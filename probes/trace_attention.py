@@ -169,7 +169,7 @@ def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], BaseExcepti
     raises; sys.argv, sys.path and sys.modules["__main__"] are restored afterwards.
     """
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, "rb") as handle:  # bytes: compile reads the file's own coding declaration
             code = compile(handle.read(), path, "exec")
     except OSError as exc:
         raise UsageError(f"cannot read script {path}: {exc.strerror}") from exc

@@ -352,3 +352,25 @@ def test_an_fla_that_does_not_load_is_named_and_the_layers_fall_back(cli, tmp_pa
     (unavailable,) = run.findings("kernel-unavailable")
     assert "FLA does not load here (ImportError: libtriton.so" in unavailable["detail"]
     assert "Repair the FLA install" in unavailable["fix"]
+
+
+def test_a_script_in_another_declared_encoding_is_traced_and_its_line_quoted(cli, tmp_path):
+    """`# -*- coding: latin-1 -*-` is Python: the probe reads the script as bytes, as the interpreter
+    does (it opened it as UTF-8 and crashed), and the fix quotes the compile line as written."""
+    script = tmp_path / "latin.py"
+    script.write_bytes(
+        b"# -*- coding: latin-1 -*-\n"
+        b"import torch\n"
+        b"from torch.nn.attention.flex_attention import flex_attention\n"
+        b"class A(torch.nn.Module):\n"
+        b"    def forward(self, q):\n"
+        b"        return flex_attention(q, q, q)\n"
+        b'm = torch.compile(A(), backend="aot_eager")  # caf\xe9\n'
+        b"with torch.no_grad():\n"
+        b"    m(torch.randn(1, 2, 128, 16))\n"
+    )
+    run = cli("trace-attention", "--script", str(script))
+    assert run.code == 1, run.stdout + run.stderr
+    (found,) = run.findings("dense-forward")
+    assert "# caf\u00e9" in found["fix"] and "backend='aot_eager'" in found["fix"]
+    assert "latin.py:7" in found["detail"]
