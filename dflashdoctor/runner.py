@@ -10,6 +10,7 @@ so nothing it started outlives it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -20,6 +21,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -191,7 +194,8 @@ def run_probe(
                 stop_leftovers(Lineage(marker, group=child.pid, session=child.pid), settle_s=0)
                 raise
             finally:
-                RUNNING.discard(child.pid)
+                if (running := _running.get()) is not None:
+                    running.discard(child.pid)
             left_running = stop_leftovers(Lineage(marker, group=child.pid, session=child.pid))
         run = ProbeRun(
             probe=probe,
@@ -211,9 +215,11 @@ def run_probe(
         return run
 
 
-class _Running:
-    """The probe processes this doctor has running, so that a doctor stopped while several run at
-    once (the gate's threads) stops them all, not only the one its main thread waits for."""
+class RunningProbes:
+    """The probe processes one gate has running, so that a gate stopped while several run at once
+    (its threads) stops them all, not only the one its main thread waits for. One set per gate
+    (`probe_set`): a stop is that gate's, never the process's, where a later gate (the pytest plugin,
+    a notebook) must still start its own probes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -223,7 +229,7 @@ class _Running:
     def add(self, pid: int) -> None:
         with self._lock:
             self._children.add(pid)
-            if self.stopping:  # started as the doctor stops: it goes at once
+            if self.stopping:  # started as the gate stops: it goes at once
                 kill_with_group(pid)
 
     def discard(self, pid: int) -> None:
@@ -237,7 +243,19 @@ class _Running:
                 kill_with_group(pid)
 
 
-RUNNING = _Running()
+_running: ContextVar[RunningProbes | None] = ContextVar("dflashdoctor_running_probes", default=None)
+
+
+@contextlib.contextmanager
+def probe_set() -> Iterator[RunningProbes]:
+    """Within this block (and in threads started with its context), the probes started are this
+    set's: `stop_all` stops them and those started after it, and nothing outside the block."""
+    running = RunningProbes()
+    token = _running.set(running)
+    try:
+        yield running
+    finally:
+        _running.reset(token)
 
 
 def _start(
@@ -268,7 +286,8 @@ def _start(
             env={**hosted_env, PARENT_VARIABLE: str(os.getpid())},  # it dies with this doctor
             start_new_session=True,
         )
-    RUNNING.add(child.pid)
+    if (running := _running.get()) is not None:
+        running.add(child.pid)
     return child
 
 

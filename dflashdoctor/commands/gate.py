@@ -33,7 +33,7 @@ from dflashdoctor.gate.probe_options import OPTIONS_FROM_GATE
 from dflashdoctor.gate.run_smoke import remote_run_section, run_command, run_section, single_node_form
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import Check, ProbeResult, Report
-from dflashdoctor.runner import RUNNING, probe_env, resolve_python
+from dflashdoctor.runner import probe_env, probe_set, resolve_python
 from dflashdoctor.runs.launch import resolve_command
 from dflashdoctor.session import finish, new_report, probe_python, run_probe_command
 from dflashdoctor.trust import Trust, trusting
@@ -80,7 +80,8 @@ def _probe_reports(config: GateConfig, python: str | None, ssh: str | None) -> t
     forked = [name for name in config.probes if PROBES[name].forked_in_gate]
     interpreter = _local_python(python) if ssh is None and config.parallel and len(forked) > 1 else None
     host = hosting(interpreter, probe_env(interpreter), config.device) if interpreter else contextlib.nullcontext()
-    with host as opened, ThreadPoolExecutor(max_workers=len(config.probes) if config.parallel else 1) as pool:
+    workers = len(config.probes) if config.parallel else 1
+    with probe_set() as running, host as opened, ThreadPoolExecutor(max_workers=workers) as pool:
         try:
             futures = [
                 pool.submit(contextvars.copy_context().run, _probe, name, config, python, ssh) for name in config.probes
@@ -89,7 +90,7 @@ def _probe_reports(config: GateConfig, python: str | None, ssh: str | None) -> t
         except BaseException:
             # Stopped (SIGTERM, Ctrl-C), also before the last probe was asked for: the probes running in
             # the pool's threads, and those they start from now on, go too (the pool waits for them).
-            RUNNING.stop_all()
+            running.stop_all()
             raise
         return reports, opened.describe() if opened is not None else None
 

@@ -16,7 +16,7 @@ import pytest
 from dflashdoctor.observations import load
 from dflashdoctor.registry import PROBES
 from tests import schemas
-from tests.conftest import CliRun, run_cli, run_cli_here
+from tests.conftest import CliRun, run_cli, run_cli_here, run_main_here
 from tests.paths import ROOT
 
 RAW_CALL = "dflashdoctor.reference.faults.raw_call:flex_attention_forward"
@@ -205,3 +205,17 @@ def test_env_survives_a_cache_root_inside_a_symlink_loop(tmp_path):
     run = run_cli(tmp_path, "env", env={"TRITON_CACHE_DIR": str(tmp_path / "a" / "cache")})
     assert run.code == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert run.report["results"][0]["status"] == "pass"
+
+
+def test_a_gate_that_ended_on_bad_input_leaves_the_next_gate_in_this_process_its_probes(tmp_path):
+    """A probe's bad input ends the gate (exit 2), which stops the probes still running. That stop
+    was the process's for good: every probe a later gate in the same process (the pytest plugin, a
+    notebook, these in-process tests) started was killed at once, as `probe env was killed by signal
+    9` in 0.0 s. The stop belongs to the gate that ended."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('target = "no_such_module_here:fn"\nprobes = ["check-compile", "env"]\n')
+    done = run_main_here(tmp_path, ["gate", "--config", str(bad), "--report-dir", str(tmp_path / "r1")])
+    assert done.returncode == 2 and "no_such_module_here" in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
+    (tmp_path / "dflashdoctor.toml").write_text('probes = ["env"]\n')
+    done = run_main_here(tmp_path, ["gate", "--report-dir", str(tmp_path / "r2")])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
