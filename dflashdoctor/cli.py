@@ -37,6 +37,7 @@ from dflashdoctor.commands.run import RunOptions, merge_when_first, report_folde
 from dflashdoctor.commands.show import show
 from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.hostfile import nodes_of
+from dflashdoctor.lint import output as lint_output
 from dflashdoctor.output import destination_problem, emit, new_report_dir, stdout_conflict
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE, Report
@@ -287,11 +288,30 @@ def init_command(
     raise typer.Exit(0)
 
 
+def _codes(value: str | None) -> list[str] | None:
+    return None if value is None else [word for word in value.replace(" ", ",").split(",") if word]
+
+
 @app.command("lint")
 def lint_command(
     paths: Annotated[
         list[Path] | None,
         typer.Argument(parser=path_given, help="Files or folders to scan; default the current folder."),
+    ] = None,
+    output_format: Annotated[
+        str,
+        typer.Option("--output-format", help="concise (one line a finding), full, json, github or sarif."),
+    ] = "concise",
+    select: Annotated[
+        str | None, typer.Option(help="Only these codes (DFD001,DFD003; a prefix; ALL), over the config's.")
+    ] = None,
+    ignore: Annotated[str | None, typer.Option(help="Codes not reported, added to the config's.")] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option(help="A gitignore-style glob of files not read (again for more).")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(parser=path_given, help="The pyproject.toml whose [tool.dflashdoctor.lint] is used."),
     ] = None,
     sarif: Annotated[
         Path | None,
@@ -300,14 +320,30 @@ def lint_command(
         ),
     ] = None,
     json_output: JsonOpt = False,
-    report_dir: ReportDirOpt = None,
-    verbose: VerboseOpt = False,
+    report_dir: ReportDirOpt = None,  # none is written unless asked for
 ) -> None:
-    """The flex_attention patterns that make a long run dense, at file and line: raw calls, wrappers
-    compiled without Inductor or rebound, mask mods reading rebound globals. Reads source only."""
-    code = _reported(
-        lambda: lint(LintOptions(paths=paths or [Path(".")]), _argv()), report_dir, json_output, verbose, sarif=sarif
+    """The flex_attention patterns that make a long run dense, at file and line, as a linter: raw
+    calls, wrappers compiled without Inductor or rebound, mask mods reading rebound globals, threads
+    stepping models. Exit 0 clean, 1 findings, 2 usage. Reads source only."""
+    if output_format not in lint_output.FORMATS:
+        raise BadInput(f"--output-format must be one of {', '.join(lint_output.FORMATS)}, not {output_format!r}")
+    options = LintOptions(
+        paths=paths or [Path(".")],
+        config=config,
+        select=_codes(select),
+        ignore=_codes(ignore) or [],
+        exclude=exclude or [],
     )
+    stdout_conflict(json_output, sarif=sarif)
+    with held(report_dir):
+        code = emit(
+            lint(options, _argv()),
+            json_output=json_output,
+            report_dir=report_dir,
+            verbose=False,
+            sarif=sarif,
+            text=lambda report: lint_output.render(report, output_format),
+        )
     raise typer.Exit(code)
 
 

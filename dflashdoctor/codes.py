@@ -113,6 +113,11 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
     "lint-raw-flex-call": ("error", "lint: flex_attention called outside any compiled region (its dense kernel)"),
+    "lint-raw-flex-call-on-purpose": (
+        "info",
+        "lint (off unless selected): flex_attention called raw on purpose: a test, a benchmark, an eager "
+        "reference, a compile switch's eager branch",
+    ),
     "lint-wrapper-not-inductor": (
         "error",
         "lint: a flex_attention wrapper compiled with a backend other than Inductor",

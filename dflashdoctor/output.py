@@ -7,7 +7,7 @@ import errno
 import os
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -90,23 +90,29 @@ def emit(
     junit: Path | None = None,
     sarif: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    text: Callable[[Report], str] | None = None,
 ) -> int:
-    """Write the report directory (and the CI copies asked for), show the report, return the exit code."""
+    """Write the report directory (and the CI copies asked for), show the report, return the exit code.
+    With `text` (lint's formats), that is what stdout shows, and the folder is written only where
+    `report_dir` names one."""
     observations = report.observations_json()  # the probes' raw words, kept as they said them
     report = encodable_report(report)
     if json_output:  # first: a report folder that fills up or is replaced mid-run cannot lose the report
         sys.stdout.write(report.to_json() + "\n")
         sys.stdout.flush()
-    directory = report_dir if report_dir is not None else new_report_dir(report.command)
-    try:
-        write_report_dir(report, directory, observations)
-    except OSError as exc:
-        raise BadInput(f"cannot write the report to {directory}: {exc.strerror}") from None
+    directory = report_dir if report_dir is not None or text is not None else new_report_dir(report.command)
+    if directory is not None:
+        try:
+            write_report_dir(report, directory, observations)
+        except OSError as exc:
+            raise BadInput(f"cannot write the report to {directory}: {exc.strerror}") from None
     for path, render in ((junit, render_junit), (sarif, render_sarif)):
         if path is not None:
             _write_copy(path, render(report))
-    if not json_output:  # beside a copy sent to stdout, the terminal's report goes to stderr
-        on_stdout = any(path is not None and named_output.writes_stdout(path) for path in (junit, sarif))
+    on_stdout = any(path is not None and named_output.writes_stdout(path) for path in (junit, sarif))
+    if not json_output and text is not None:
+        (sys.stderr if on_stdout else sys.stdout).write(text(report))
+    elif not json_output:  # beside a copy sent to stdout, the terminal's report goes to stderr
         console = Console(file=sys.stderr) if on_stdout else Console()
         render_terminal(report, console, verbose=verbose, report_dir=str(directory))
     if environ is not None:

@@ -37,6 +37,7 @@ class Where:
     line: int | None = None
     function: str | None = None
     module: str | None = None
+    column: int | None = None  # 1-based, where a linter knows it
 
     def label(self) -> str:
         place = self.file or self.module or "?"

@@ -23,7 +23,9 @@ from typing import Any
 
 from dflashdoctor import toml_text
 from dflashdoctor.errors import BadInput
-from dflashdoctor.lint.setup_facts import Place, SetupFacts, python_setup, shell_setup
+from dflashdoctor.lint.choice import choose_run, choose_target, choose_trainer, place_penalty
+from dflashdoctor.lint.launches import Launch, launches, project_scripts
+from dflashdoctor.lint.setup_facts import Place, SetupFacts, document_setup, python_setup
 from dflashdoctor.lint.sources import read_source, tree_files
 from dflashdoctor.pyproject_table import add_table
 from dflashdoctor.redaction import redact_argv
@@ -42,29 +44,22 @@ def _at(place: Place) -> str:
     return f"{place.file}:{place.line}"
 
 
-_AUXILIARY = ("tests", "test", "benchmarks", "docs", "examples", "scripts")
-
-
-def _ranked(places: list[Place]) -> list[Place]:
-    """The team's own code first: a wrapper or trainer under tests/, benchmarks/, docs/ or examples/
-    is a candidate only when nothing else is."""
-    return sorted(places, key=lambda p: (Path(p.file).parts[0] in _AUXILIARY, len(Path(p.file).parts), p.file))
-
-
-def scan(root_fd: int) -> SetupFacts:
-    """Python files and shell scripts in one walk below the open folder, each read once; what cannot
-    be read or parsed says nothing (lint lists such files)."""
-    facts = SetupFacts()
+def scan(root_fd: int) -> tuple[SetupFacts, set[str]]:
+    """Python files and documents in one walk below the open folder, each read once; what cannot
+    be read or parsed says nothing (lint lists such files). Also every file's path, which says
+    whether a documented program or config file is there."""
+    facts, files = SetupFacts(), set()
     for folder_fd, name, relative, python in tree_files(root_fd):
+        files.add(relative)
         try:
             data = read_source(name, dir_fd=folder_fd)
             if python:
                 python_setup(facts, relative, data)
             else:
-                shell_setup(facts, relative, data.decode("utf-8", errors="replace"))
+                document_setup(facts, relative, data.decode("utf-8", errors="replace"))
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
             continue
-    return facts
+    return facts, files
 
 
 @dataclass
@@ -77,19 +72,26 @@ class Entry:
     note: str = ""
 
 
-def _wrapper_entries(facts: SetupFacts) -> list[Entry]:
-    if not facts.wrappers:
-        return [Entry(None, note="target: no torch.compile(flex_attention) bound to a name; the reference's is judged")]
-    wrapper = facts.wrappers[0]
-    backend = facts.wrapper_backends.get(wrapper.what)
-    said = f"torch.compile(flex_attention{f', backend={backend!r}' if backend else ''}) at {_at(wrapper)}"
+def _entry_file(launch: Launch | None, trainer: Place | None) -> str | None:
+    if launch is not None:
+        return launch.entry[3:].replace(".", "/") + ".py" if launch.entry.startswith("-m ") else launch.entry
+    return trainer.file if trainer is not None else None
+
+
+def _wrapper_entries(facts: SetupFacts, entry_file: str | None) -> list[Entry]:
+    wrapper, choice = choose_target(facts, entry_file.removeprefix("./") if entry_file else None)
+    if wrapper is None or choice is None:
+        return [Entry(None, note="target: no compiled flex_attention wrapper outside tests; the reference's is judged")]
+    said = f"{facts.wrapper_how.get(wrapper.what, _at(wrapper))}, {choice.why}"
     expect = (
         f"expect_wrapper = {wrapper.what}: with script = a file running one of your steps, "
         "trace-attention then checks that every flex_attention call goes through it"
     )
     others = [
-        Entry(None, note=f"another compiled flex_attention wrapper: {o.what} ({_at(o)})") for o in facts.wrappers[1:4]
-    ]
+        Entry(None, note=f"another compiled flex_attention wrapper: {o.what} ({_at(o)})")
+        for o in facts.wrappers
+        if o is not wrapper and place_penalty(o.file) < 100
+    ][:3]
     return [Entry("target", wrapper.what, f"check-compile judges it: {said}"), Entry(None, note=expect), *others]
 
 
@@ -99,41 +101,69 @@ def _script_word(relative: str) -> str:
     return shlex.quote(f"./{relative}" if relative.startswith("-") else relative)
 
 
-def _run_entries(facts: SetupFacts) -> list[Entry]:
-    trainer = facts.trainers[0] if facts.trainers else None
-    if trainer is None:
+def _launch_entries(launch: Launch, choice_why: str, sure: str) -> list[Entry]:
+    command = " ".join(redact_argv(launch.words))
+    unset = sorted({word for word in launch.words if "$" in word})
+    if unset:
         return [
-            Entry(None, note='run: no entry point that steps an optimizer was found; set run = "python3 train.py ..."')
+            Entry(
+                None,
+                note=f"run = {command!r}: {choice_why}; set {', '.join(unset)} first (nothing in the "
+                "repository sets it), then uncomment",
+            ),
         ]
-    distributed = trainer.file in facts.distributed
-    script = _script_word(trainer.file)
-    command = f"torchrun --standalone --nproc-per-node 2 {script}" if distributed else f"python3 {script}"
-    why = "starts a process group: two ranks on this machine" if distributed else "steps an optimizer"
     return [
-        Entry("run", command, f"{_at(trainer)}: {trainer.what}, {why}"),
+        Entry("run", command, f"{choice_why} ({sure})"),
         Entry("run_steps", 3, "each process stops after this many optimizer steps"),
     ]
 
 
-def entries(facts: SetupFacts) -> list[Entry]:
+def _run_entries(facts: SetupFacts, launch: Launch | None, trainer: Place | None, why: str, sure: str) -> list[Entry]:
+    if launch is not None:
+        return _launch_entries(launch, why, sure)
+    if trainer is None:
+        return [
+            Entry(
+                None,
+                note="run: no documented training command and no entry point that steps an optimizer; "
+                'set run = "python3 train.py --config ..."',
+            )
+        ]
+    distributed = trainer.file in facts.distributed
+    script = _script_word(trainer.file)
+    command = f"torchrun --standalone --nproc-per-node 2 {script}" if distributed else f"python3 {script}"
+    reason = "starts a process group: two ranks on this machine" if distributed else "steps an optimizer"
+    return [
+        Entry(
+            "run",
+            command,
+            f"{_at(trainer)}: an entry point that {reason}; no document launches it, so add the "
+            "arguments it needs (guessed)",
+        ),
+        Entry("run_steps", 3, "each process stops after this many optimizer steps"),
+    ]
+
+
+def entries(facts: SetupFacts, files: set[str]) -> list[Entry]:
     """The table, each key with what it came from."""
-    facts.wrappers, facts.trainers = _ranked(facts.wrappers), _ranked(facts.trainers)
-    table = _wrapper_entries(facts)
+    scripts = project_scripts(facts.documents.get("pyproject.toml", ""))
+    found = launches(facts.documents, scripts)
+    launch, run_choice = choose_run(facts, found, files)
+    trainer = None if launch is not None else choose_trainer(facts)
+    table = _wrapper_entries(facts, _entry_file(launch, trainer))
     table += [
         Entry(None, note=f"{hf.what} at {_at(hf)}: transformers' flex path; `run` names each layer's calls")
         for hf in facts.hf_flex[:3]
     ]
-    table += _run_entries(facts)
-    table += [
-        Entry(None, note=f"a launch line at {_at(launcher)}: {' '.join(redact_argv(launcher.what.split(' ')))}")
-        for launcher in facts.launchers[:3]
-    ]
-    if facts.thread_pools:
-        first = facts.thread_pools[0]
-        note = f"{first.what} at {_at(first)}: kernels may be entered from threads"
-        table.append(Entry("threaded_autotuners", True, note))
+    table += _run_entries(
+        facts, launch, trainer, run_choice.why if run_choice else "", run_choice.sure if run_choice else ""
+    )
+    threaded = [t for t in facts.threaded if place_penalty(t.file) < 6]
+    if threaded:
+        first = threaded[0]
+        table.append(Entry("threaded_autotuners", True, f"{_at(first)}: {first.what}"))
     else:
-        table.append(Entry("threaded_autotuners", False, "no thread pool in a file that imports torch"))
+        table.append(Entry("threaded_autotuners", False, "no thread in the team's code runs a model or kernel step"))
     return table
 
 
@@ -169,7 +199,7 @@ def init(options: InitOptions) -> str:
     root_fd = _open_root(options.root)
     try:
         try:
-            text = config_text(entries(scan(root_fd)))
+            text = config_text(entries(*scan(root_fd)))
         except (OSError, RecursionError) as exc:  # a tree nested deeper than descriptors or the stack allow
             raise BadInput(f"cannot walk {options.root}: {getattr(exc, 'strerror', None) or exc}") from None
         if options.write:

@@ -134,6 +134,8 @@ def _from_table(table: dict[str, Any], source: str) -> GateConfig:
     values = {}
     for key, value in table.items():
         name = key.replace("-", "_")
+        if name == "lint" and isinstance(value, dict):
+            continue  # [tool.dflashdoctor.lint]: lint's own table (lint/settings.py)
         if name not in known:
             raise BadInput(f"unknown key {key!r} in {source}; known keys: {', '.join(sorted(known))}")
         allowed = _TYPES[str(known[name].type)]

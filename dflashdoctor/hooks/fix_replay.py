@@ -229,7 +229,7 @@ class FixReplay:
             except BaseException as exc:  # any failure is a reason; the probe goes on
                 box["error"] = exc
 
-        thread = threading.Thread(target=work, name=_THREAD, daemon=True)
+        thread = threading.Thread(target=work, name=_THREAD, daemon=True)  # noqa: DFD006 (one replay at a time)
         started = time.monotonic()
         thread.start()
         thread.join(left)
@@ -387,7 +387,7 @@ def _fresh_flex_entry() -> Callable[..., Any]:
     from torch.nn.attention.flex_attention import flex_attention
 
     def replayed_flex(query: Any, key: Any, value: Any, score_mod: Any, block_mask: Any, **options: Any) -> Any:
-        return flex_attention(query, key, value, score_mod=score_mod, block_mask=block_mask, **options)
+        return flex_attention(query, key, value, score_mod=score_mod, block_mask=block_mask, **options)  # noqa: DFD001 (compiled by the replay, through a fresh code object)
 
     code = replayed_flex.__code__.replace()
     return types.FunctionType(code, replayed_flex.__globals__, "replayed_flex", None, replayed_flex.__closure__)

@@ -22,10 +22,12 @@ wrapper or a thread being made.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 from dflashdoctor.hooks.rebinding import dotted_name
 from dflashdoctor.lint.parsing import parse_source
+from dflashdoctor.lint.scopes import called_text
 from dflashdoctor.lint.threads import ThreadedCall, threaded_calls
 from dflashdoctor.lint.varying import VaryingCall, varying_calls
 
@@ -33,6 +35,10 @@ _FLEX_MODULE = "torch.nn.attention.flex_attention"
 _DISABLE = {"torch.compiler.disable", "torch._dynamo.disable"}
 _MOD_KEYWORDS = {"score_mod", "mask_mod"}
 _THREAD_WORDS = {"Thread", "ThreadPoolExecutor", "ThreadPool"}
+# A name that reads as a compile switch (`args.compile`, `use_compile`, `compile_flex`, `COMPILE`).
+_COMPILE_SWITCH = re.compile(r"compile", re.IGNORECASE)
+# A name that reads as a model or a part of one, as code compiling it whole spells it.
+_MODEL_WORD = re.compile(r"model|module|net\b|block|layer|encoder|decoder|transformer|drafter|policy|self\b", re.I)
 
 
 @dataclass
@@ -52,6 +58,13 @@ class RawCall:
     function: str | None  # the innermost enclosing function
     compiled_around: bool  # some enclosing function is compiled with @torch.compile
     disabled_around: bool
+    column: int = 1
+    enclosing: tuple[str, ...] = ()  # the functions around it, outermost first
+    cls: str | None = None  # the class whose method (or a function in it) holds the call
+    called_as: str = "flex_attention"  # the callee as written
+    switch_line: int | None = None  # an `if` on a compile switch around it (`if not args.compile:`)
+    compiled_by: str | None = None  # what compiles it, found in this file (finish)
+    beside_compiled: bool = False  # its function also calls a compiled flex_attention wrapper (finish)
 
 
 @dataclass
@@ -91,14 +104,29 @@ class StaticVarying:
 
 
 @dataclass
+class CompileSites:
+    """What one file compiles besides flex_attention itself, for the files it may reach: the
+    functions and methods handed to torch.compile (`torch.compile(fn)`, `torch.compile(self.step)`:
+    by their last name), and models compiled whole (`torch.compile(model)`, `block.compile()`,
+    `aot_compile`, `torch.export.export`), each with its line."""
+
+    functions: dict[str, int] = field(default_factory=dict)
+    models: list[int] = field(default_factory=list)
+
+
+@dataclass
 class FileFacts:
     path: str
+    relative: str = ""  # the path inside its project, which says whether it is a test (lint sets it)
     compiles: list[CompileCall] = field(default_factory=list)
     raw_calls: list[RawCall] = field(default_factory=list)
     rebindings: list[Rebinding] = field(default_factory=list)
     global_reads: list[GlobalRead] = field(default_factory=list)
     static_varying: list[StaticVarying] = field(default_factory=list)
     threaded: list[ThreadedCall] = field(default_factory=list)
+    compile_sites: CompileSites = field(default_factory=CompileSites)
+    called_in_methods: set[str] = field(default_factory=set)  # plain names a class's methods call
+    raw_assignments: list[tuple[int, str]] = field(default_factory=list)  # (line, `a.B.attr`) = flex_attention
 
 
 class _Collector(ast.NodeVisitor):
@@ -120,6 +148,10 @@ class _Collector(ast.NodeVisitor):
         self.call_targets: dict[int, list[str]] = {}  # id of a call assigned somewhere -> the targets' texts
         self.static: dict[int, StaticWrapper] = {}  # the compile's (or decorator's) line -> wrapper
         self.makes_threads = False
+        self.switches: list[int] = []  # the lines of the `if`s on a compile switch around this node
+        self.compiled_flex_names: dict[str, int] = {}  # `flex_attention = torch.compile(flex_attention)`
+        self.calls_by_scope: dict[tuple[str, ...], set[str]] = {}  # (class, functions...) -> callees
+        self.call_scopes: dict[int, tuple[str, ...]] = {}  # id of a RawCall -> its scope
 
     # bindings ------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
@@ -198,6 +230,18 @@ class _Collector(ast.NodeVisitor):
         self.functions.pop()
         self.static_functions.pop()
 
+    def visit_If(self, node: ast.If) -> None:
+        """Calls under `if args.compile:` / `if not use_compile:` are a compile switch's branches:
+        a raw call there is the switch's eager side, taken on purpose."""
+        switch = any(_COMPILE_SWITCH.search(name) for name in _names_in(node.test))
+        if switch:
+            self.switches.append(node.lineno)
+        self.generic_visit(node)
+        if switch:
+            self.switches.pop()
+
+    visit_IfExp = visit_If  # type: ignore[assignment]
+
     def visit_Global(self, node: ast.Global) -> None:
         self.rebound_globals |= set(node.names)
 
@@ -258,12 +302,34 @@ class _Collector(ast.NodeVisitor):
             self.call_targets[id(value)] = texts
         if isinstance(value, ast.Call) and self._is_compile(value.func):
             self.bindings[line] = (texts, reachable)  # the CompileCall is made by visit_Call, next
+            if not self.functions and not self.classes and value.args and self._wraps_flex(value.args[0]):
+                for target in targets:  # `flex_attention = torch.compile(flex_attention)`: its calls compiled
+                    if isinstance(target, ast.Name) and target.id in self.flex_names:
+                        self.compiled_flex_names.setdefault(target.id, line)
         elif texts:
             self.assignments.append((line, texts, value))
+
+    def _scope(self) -> tuple[str, ...]:
+        return (self.classes[-1] if self.classes else "", *(f[0] for f in self.functions))
+
+    def _model_compile(self, node: ast.Call) -> None:
+        """`block.compile()`, `aot_compile(...)`, `torch.export.export(model, ...)`: a model compiled
+        whole, whose forward reaches the calls inside it."""
+        dotted = dotted_name(node.func) or ""
+        head, _, last = dotted.rpartition(".")
+        method = last == "compile" and bool(head) and not self._is_compile(node.func) and _MODEL_WORD.search(head)
+        if method or last in ("aot_compile", "aot_compile_module") or dotted.endswith("export.export"):
+            self.facts.compile_sites.models.append(node.lineno)
 
     def visit_Call(self, node: ast.Call) -> None:
         if (dotted_name(node.func) or "").split(".")[-1] in _THREAD_WORDS:
             self.makes_threads = True
+        callee = called_text(node.func, self.classes[-1] if self.classes else None)
+        if callee is not None:
+            self.calls_by_scope.setdefault(self._scope(), set()).add(callee)
+            if self.classes and self.functions and isinstance(node.func, ast.Name):
+                self.facts.called_in_methods.add(node.func.id)
+        self._model_compile(node)
         if node.args and self._compiler(node.func) == (True, False) and not self._is_compile(node.func):
             self._static(node.lineno, self.call_targets.get(id(node), []), self._wraps_flex(node.args[0]))
         if self._is_compile(node.func) and node.args:
@@ -272,14 +338,19 @@ class _Collector(ast.NodeVisitor):
             static = next((f for f in reversed(self.static_functions) if f is not None), None)
             if static is not None:
                 self._static(static[0], [static[1]], True)
-            self.facts.raw_calls.append(
-                RawCall(
-                    node.lineno,
-                    self.functions[-1][0] if self.functions else None,
-                    any(f[1] for f in self.functions),
-                    any(f[2] for f in self.functions),
-                )
+            call = RawCall(
+                node.lineno,
+                self.functions[-1][0] if self.functions else None,
+                any(f[1] for f in self.functions),
+                any(f[2] for f in self.functions),
+                column=node.col_offset + 1,
+                enclosing=tuple(f[0] for f in self.functions),
+                cls=self.classes[-1] if self.classes else None,
+                called_as=dotted_name(node.func) or "flex_attention",
+                switch_line=self.switches[-1] if self.switches else None,
             )
+            self.facts.raw_calls.append(call)
+            self.call_scopes[id(call)] = self._scope()
             if len(node.args) >= 4 and isinstance(node.args[3], ast.Name):
                 self.mods.add(node.args[3].id)
         for keyword in node.keywords:
@@ -305,8 +376,21 @@ class _Collector(ast.NodeVisitor):
             dynamic=dynamic.value if isinstance(dynamic, ast.Constant) and isinstance(dynamic.value, bool) else None,
         )
         self.facts.compiles.append(call)
+        if not call.compiles_flex:
+            self._compiled_thing(node.args[0])
         if call.dynamic is False:
             self._static(node.lineno, self.call_targets.get(id(node), []), self._wraps_flex(node.args[0]))
+
+    def _compiled_thing(self, compiled: ast.expr) -> None:
+        """`torch.compile(fn)` or `torch.compile(obj.method)`: the function by its last name, which
+        the files that define it match; `torch.compile(model)` (a name that reads as a model, or a
+        model made in place): a model compiled whole."""
+        sites = self.facts.compile_sites
+        dotted = dotted_name(compiled)
+        if dotted is not None:
+            sites.functions.setdefault(dotted.rsplit(".", 1)[-1], compiled.lineno)
+        if isinstance(compiled, ast.Call) or (dotted is not None and _MODEL_WORD.search(dotted)):
+            sites.models.append(compiled.lineno)
 
     def _static(self, line: int, called_as: list[str], wraps_flex: bool) -> None:
         """A flex_attention wrapper compiled with dynamic=False, remembered by the names its calls use
@@ -333,7 +417,15 @@ class _Collector(ast.NodeVisitor):
             if call.compiles_flex:
                 for text in call.bound_to:
                     wrappers.setdefault(text, call.line)
+        for raw in self.facts.raw_calls:
+            rebound_at = self.compiled_flex_names.get(raw.called_as)
+            if rebound_at is not None and (raw.enclosing or raw.line > rebound_at):
+                raw.compiled_by = f"`{raw.called_as} = torch.compile(...)` at line {rebound_at}"
+            callees = self.calls_by_scope.get(self.call_scopes.get(id(raw), ()), set())
+            raw.beside_compiled = bool(callees & set(wrappers))
         for line, texts, value in self.assignments:
+            if self._is_flex(value):
+                self.facts.raw_assignments += [(line, text) for text in texts if "." in text]
             placeholder = isinstance(value, ast.Constant) and value.value is None  # `_compiled = None`, filled later
             for text in texts:
                 if text in wrappers and line > wrappers[text] and not placeholder:
@@ -371,3 +463,16 @@ def thread_facts(path: str, source: str | bytes) -> FileFacts:
 def _constant_bool(call: ast.Call, keyword: str) -> bool | None:
     value = next((k.value for k in call.keywords if k.arg == keyword), None)
     return value.value if isinstance(value, ast.Constant) and isinstance(value.value, bool) else None
+
+
+def _names_in(test: ast.expr) -> list[str]:
+    """The names and attribute names a condition reads (`args.compile` gives `args`, `compile`)."""
+    names = []
+    for node in ast.walk(test):
+        if isinstance(node, ast.Name):
+            names.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.append(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.append(node.value)  # `getattr(args, "compile")`, `cfg["compile"]`
+    return names

@@ -6,34 +6,105 @@ transformers' or torch's own source (tests/integration/test_lint.py scans the in
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
 from dflashdoctor.codes import finding
-from dflashdoctor.lint.facts import FileFacts
+from dflashdoctor.lint.facts import FileFacts, RawCall
+from dflashdoctor.lint.project import Project
 from dflashdoctor.report import Finding, Where
 
 _INDUCTOR = {None, "inductor"}
 
 
-def raw_calls(facts: FileFacts) -> list[Finding]:
+@dataclass(frozen=True)
+class CallKind:
+    """What a flex_attention call runs, from the source: `compiled`, `deliberate-raw` (raw on
+    purpose: a test's eager reference, a benchmark beside its compiled twin, a compile switch's
+    eager branch) or `risk` (raw where training may run it); `why` is the evidence."""
+
+    kind: str
+    why: str
+
+
+_ASIDE_FOLDERS = {"test", "tests", "testing", "benchmark", "benchmarks", "bench", "benches"}
+_ASIDE_FILE = re.compile(r"^(test_.*|.*_test|conftest|bench.*|.*_bench|.*benchmark.*)\.py$")
+# A function whose name says it computes the eager answer on purpose (`ref_attention`, `eager_flex`).
+_REFERENCE = re.compile(r"(^|_)(ref|reference|eager|naive|baseline|golden|expected|unfused|dense|debug)(_|$)", re.I)
+
+
+def aside(path: str) -> str | None:
+    """A test or a benchmark by its path: its raw calls are there on purpose (an eager reference, a
+    comparison), never on a training path."""
+    parts = Path(path).parts
+    if _ASIDE_FOLDERS & {part.lower() for part in parts[:-1]}:
+        return "a test or benchmark folder"
+    return "a test or benchmark file" if parts and _ASIDE_FILE.match(parts[-1]) else None
+
+
+def call_kind(call: RawCall, facts: FileFacts, project: Project) -> CallKind:
+    """Whether a raw-looking call runs compiled, raw on purpose, or raw where training runs it."""
+    if call.compiled_around and not call.disabled_around:
+        return CallKind("compiled", "a function around it is decorated with @torch.compile")
+    if call.compiled_by is not None:
+        return CallKind("compiled", f"the name is rebound to a compiled wrapper: {call.compiled_by}")
+    compiled = [n for n in call.enclosing if n in project.functions]
+    if compiled and not call.disabled_around:
+        named = f"torch.compile({compiled[0]}) at {project.functions[compiled[0]]}"
+        return CallKind("compiled", f"its function is compiled: {named}")
+    in_model = call.cls is not None or any(n in facts.called_in_methods for n in call.enclosing)
+    if in_model and project.models and not call.disabled_around:
+        return CallKind("compiled", f"it runs inside a model compiled whole at {project.models[0]}")
+    if (where := aside(facts.relative or facts.path)) is not None:
+        return CallKind("deliberate-raw", f"in {where}")
+    if call.disabled_around:
+        return CallKind("risk", "a function around it is excluded from compiling (torch.compiler.disable)")
+    reference = next((n for n in call.enclosing if _REFERENCE.search(n)), None)
+    if reference is not None:
+        return CallKind("deliberate-raw", f"in {reference}, an eager reference by its name")
+    if call.switch_line is not None:
+        return CallKind("deliberate-raw", f"on a compile switch's branch (the `if` at line {call.switch_line})")
+    if call.beside_compiled:
+        return CallKind("deliberate-raw", "its function also calls the compiled wrapper: a comparison")
+    return CallKind("risk", "nothing compiles it")
+
+
+def raw_calls(facts: FileFacts, project: Project) -> list[Finding]:
     """`flex_attention(...)` called where nothing compiles it: its dense kernel runs, materialising
-    the whole score matrix forward and backward."""
-    return [
-        finding(
-            "lint-raw-flex-call",
-            "flex_attention is called raw, outside any compiled region: it runs its dense kernel",
-            detail="Outside torch.compile, flex_attention builds the full float32 score matrix (forward and "
-            "backward) instead of a fused kernel."
-            + (
-                " The function around it is excluded from compiling (torch.compiler.disable)."
-                if call.disabled_around
-                else ""
-            ),
-            where=Where(file=facts.path, line=call.line, function=call.function),
-            fix="Call a wrapper made once with `torch.compile(flex_attention)` (Inductor), or compile the function "
-            "that calls it.",
-        )
-        for call in facts.raw_calls
-        if not call.compiled_around or call.disabled_around
-    ]
+    the whole score matrix forward and backward. Raw on purpose (tests, benchmarks, eager
+    references, a compile switch's eager side) is its own code, off unless selected."""
+    found = []
+    for call in facts.raw_calls:
+        kind = call_kind(call, facts, project)
+        where = Where(file=facts.path, line=call.line, function=call.function, column=call.column)
+        if kind.kind == "risk":
+            found.append(
+                finding(
+                    "lint-raw-flex-call",
+                    "flex_attention is called raw, outside any compiled region: it runs its dense kernel",
+                    detail="Outside torch.compile, flex_attention builds the full float32 score matrix (forward "
+                    "and backward) instead of a fused kernel."
+                    + (
+                        " The function around it is excluded from compiling (torch.compiler.disable)."
+                        if call.disabled_around
+                        else ""
+                    ),
+                    where=where,
+                    fix="Call a wrapper made once with `torch.compile(flex_attention)` (Inductor), or compile the "
+                    "function that calls it.",
+                )
+            )
+        elif kind.kind == "deliberate-raw":
+            found.append(
+                finding(
+                    "lint-raw-flex-call-on-purpose",
+                    f"flex_attention is called raw on purpose ({kind.why}): its dense kernel runs here",
+                    where=where,
+                    fix="Nothing, if this is an eager reference; training code calls the compiled wrapper.",
+                )
+            )
+    return found
 
 
 def wrapper_backends(facts: FileFacts) -> list[Finding]:
@@ -55,22 +126,37 @@ def wrapper_backends(facts: FileFacts) -> list[Finding]:
     ]
 
 
-def rebindings(facts: FileFacts) -> list[Finding]:
-    """A name or attribute that held a compiled wrapper assigned something else later (torchtitan's
-    `FlexAttentionWrapper._compiled_flex_attn = flex_attention`): the calls through it run raw."""
-    return [
-        finding(
-            "lint-wrapper-rebound",
-            f"{rebound.target}, a compiled flex_attention wrapper, is rebound to {rebound.value}",
-            detail="Every call through this name after this line runs what it was rebound to"
-            + (": torch's raw flex_attention, its dense kernel." if rebound.to_raw_flex else "."),
-            where=Where(file=facts.path, line=rebound.line),
-            evidence={"target": rebound.target, "value": rebound.value},
-            fix=f"Leave {rebound.target} the compiled wrapper; if a test needs the raw function, patch it there "
-            "and restore it.",
-        )
-        for rebound in facts.rebindings
-    ]
+def _rebound(facts: FileFacts, line: int, target: str, value: str, raw: bool, column: int = 1) -> Finding:
+    return finding(
+        "lint-wrapper-rebound",
+        f"{target}, a compiled flex_attention wrapper, is rebound to {value}",
+        detail="Every call through this name after this line runs what it was rebound to"
+        + (": torch's raw flex_attention, its dense kernel." if raw else "."),
+        where=Where(file=facts.path, line=line, column=column),
+        evidence={"target": target, "value": value},
+        fix=f"Leave {target} the compiled wrapper; if a test needs the raw function, patch it there and restore it.",
+    )
+
+
+def rebindings(facts: FileFacts, project: Project) -> list[Finding]:
+    """A name or attribute that held a compiled wrapper assigned raw flex_attention (torchtitan's
+    `FlexAttentionWrapper._compiled_flex_attn = flex_attention`), in the wrapper's file or any other
+    (a launcher script's patch): the calls through it run raw. A test may do it on purpose (and
+    restore it), so a test's is not reported; nor is a rebinding to anything else (a test restoring
+    the wrapper it saved)."""
+    if aside(facts.relative or facts.path) is not None:
+        return []
+    found = [_rebound(facts, r.line, r.target, r.value, True) for r in facts.rebindings if r.to_raw_flex]
+    seen = {r.line for r in facts.rebindings}
+    for line, text in facts.raw_assignments:
+        wrapper = next((w for w in project.wrappers if "." in w and (text == w or text.endswith("." + w))), None)
+        if wrapper is not None and line not in seen:
+            found.append(
+                _rebound(
+                    facts, line, text, f"flex_attention (the wrapper is made at {project.wrappers[wrapper]})", True
+                )
+            )
+    return found
 
 
 def global_reads(facts: FileFacts) -> list[Finding]:
@@ -132,8 +218,14 @@ def threaded_steps(facts: FileFacts) -> list[Finding]:
     ]
 
 
-RULES = (raw_calls, wrapper_backends, rebindings, global_reads, static_wrappers, threaded_steps)
+_FILE_RULES = (wrapper_backends, global_reads, static_wrappers, threaded_steps)
+_PROJECT_RULES = (raw_calls, rebindings)
 
 
-def judge_file(facts: FileFacts) -> list[Finding]:
-    return [found for rule in RULES for found in rule(facts)]
+def judge_file(facts: FileFacts, project: Project | None = None) -> list[Finding]:
+    """Every rule's findings on one file, judged with what the project's other files compile (a
+    file alone: with its own)."""
+    project = project if project is not None else Project.of(facts)
+    found = [f for rule in _PROJECT_RULES for f in rule(facts, project)]
+    found += [f for rule in _FILE_RULES for f in rule(facts)]
+    return sorted(found, key=lambda f: (f.where.line if f.where and f.where.line else 0, f.code))

@@ -1,29 +1,24 @@
 """What `init` needs to know about a repository, without importing it: the compiled flex_attention
-wrappers and what they are bound to (lint's `ast` facts), and, found by pattern, transformers models
-asked for flex attention, thread pools, and the programs that train (their entry point, whether
-they start a process group). Shell scripts are searched for their launch lines (torchrun,
-accelerate launch, srun, deepspeed).
+wrappers (lint's `ast` facts: a name or attribute bound to `torch.compile(flex_attention)`, a
+module-level `flex_attention = torch.compile(flex_attention)`, a function decorated
+`@torch.compile` that calls it), transformers models asked for flex attention, threads that run a
+model or a kernel step (lint/threads.py: what the thread's function calls, not that a thread is
+made) and `nn.DataParallel` (its replicas run in threads), the programs that train (an entry point
+that steps an optimizer, whether it starts a process group), and the documents teams write their
+launch commands in (README, scripts, Makefile, CI workflows, pyproject.toml: lint/launches.py).
 
 Speed (issue 31 asks for under a second on 10,000 files): almost every file of a large tree says
 none of this, so each file is first asked, with plain substring tests (C speed, one pass each, no
-regex engine), whether it holds a word every pattern needs: `flex` (the HF path, the wrappers), and
-in a file naming `torch`, `Thread` (until one file has shown a thread pool: the table names the
-first) or `__main__` (entry points). Only a file that holds one meets the patterns, and only a file
-that compiles flex is parsed. One regex alternation of those words was measured slower (0.17 s
-against 0.07 s for the three substring tests over transformers' 51 MiB): CPython's engine tries every
-position whose byte starts one of them."""
+regex engine), whether it holds a word a pattern needs: `flex` (the HF path, the wrappers), and in a
+file naming `torch`, `Thread`/`DataParallel` or `__main__`. Only a file that holds one meets the
+patterns, and only a file that compiles flex or makes threads is parsed."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from dflashdoctor.lint.facts import file_facts
-
-_LAUNCHER = re.compile(
-    r"^\s*(?:[A-Z_]+=\S+\s+)*"  # VAR=value prefixes
-    r"(torchrun|accelerate launch|srun|deepspeed|python3?\s+-m\s+torch\.distributed\.run)\b.*$"
-)
+from dflashdoctor.lint.facts import file_facts, thread_facts
 
 
 @dataclass
@@ -37,20 +32,22 @@ class Place:
 class SetupFacts:
     wrappers: list[Place] = field(default_factory=list)  # what = "file.py:attr" as a target spells it
     wrapper_backends: dict[str, str | None] = field(default_factory=dict)  # target -> backend written
+    wrapper_how: dict[str, str] = field(default_factory=dict)  # target -> how it is compiled, as written
     hf_flex: list[Place] = field(default_factory=list)
-    thread_pools: list[Place] = field(default_factory=list)  # the first file's that has any: the table names it
+    threaded: list[Place] = field(default_factory=list)  # threads whose function runs a model or kernel step
     trainers: list[Place] = field(default_factory=list)  # entry points that step an optimizer
     distributed: set[str] = field(default_factory=set)  # trainers' files that start a process group
-    launchers: list[Place] = field(default_factory=list)
+    documents: dict[str, str] = field(default_factory=dict)  # README, scripts, workflows: their text
+    sources: dict[str, bytes] = field(default_factory=dict)  # entry points' and wrappers' files, for ranking
 
 
 _IMPORTS_TORCH = re.compile(rb"^\s*(?:import|from)\s+torch\b", re.MULTILINE)
 _HF_FLEX = re.compile(rb"""attn_implementation\s*=\s*["']flex_attention["']""")
-_THREAD = re.compile(rb"\b(?:ThreadPoolExecutor|Thread)\(")
 _MAIN = re.compile(rb"""^if\s+__name__\s*==\s*["']__main__["']""", re.MULTILINE)
 _STEPS = re.compile(rb"\.(?:backward|step)\(")
 _PROCESS_GROUP = re.compile(rb"\binit_process_group\(")
-_COMPILES_FLEX = re.compile(rb"compile\(\s*[\w.]*flex")  # torch.compile(flex_attention ...), any alias of it
+_COMPILES_FLEX = re.compile(rb"compile\(\s*[\w.]*flex|@torch\.compile|torch\.compile\b")
+_DATA_PARALLEL = re.compile(rb"\bDataParallel\(")
 
 
 def _lines(pattern: re.Pattern[bytes], data: bytes) -> list[int]:
@@ -64,48 +61,74 @@ def _lines(pattern: re.Pattern[bytes], data: bytes) -> list[int]:
 
 
 def _flex_words(facts: SetupFacts, relative: str, data: bytes) -> bool:
-    """transformers' flex path asked for by name; whether a compile( call's first word names flex."""
+    """transformers' flex path asked for by name; whether the file may compile flex."""
     if b"flex_attention" in data:
         facts.hf_flex += [
             Place(relative, line, 'attn_implementation="flex_attention"') for line in _lines(_HF_FLEX, data)
         ]
-    return b"compile(" in data and _COMPILES_FLEX.search(data) is not None
+    return b"compile" in data and _COMPILES_FLEX.search(data) is not None
 
 
 def _torch_words(facts: SetupFacts, relative: str, data: bytes) -> None:
-    """Thread pools and entry points that step an optimizer, in a file that imports torch; whether
-    such an entry point starts a process group (nothing else asks that of a file). Once a file has
-    shown a thread pool no later file is searched for one: the table names the first, in the order
-    of the walk, and no later one can change it."""
-    threads = not facts.thread_pools and b"Thread" in data
+    """Threads that step a model, nn.DataParallel, and entry points that step an optimizer, in a
+    file that imports torch; whether such an entry point starts a process group."""
+    threads = b"Thread" in data
+    parallel = b"DataParallel(" in data
     main = b"__main__" in data
-    if not (threads or main) or _IMPORTS_TORCH.search(data) is None:
+    if not (threads or parallel or main) or _IMPORTS_TORCH.search(data) is None:
         return
     if threads:
-        facts.thread_pools += [Place(relative, line, "a thread pool or thread") for line in _lines(_THREAD, data)]
+        for call in thread_facts(relative, data).threaded:
+            facts.threaded.append(
+                Place(relative, call.line, f"{call.how} runs {call.target}, which reaches {call.step}")
+            )
+    if parallel:
+        facts.threaded += [
+            Place(relative, line, "nn.DataParallel, whose replicas run the model in threads")
+            for line in _lines(_DATA_PARALLEL, data)
+        ]
     entry = _MAIN.search(data) if main else None
     if entry is not None and _STEPS.search(data):
         facts.trainers.append(Place(relative, data.count(b"\n", 0, entry.start()) + 1, "an entry point"))
+        facts.sources[relative] = data
         if _PROCESS_GROUP.search(data):
             facts.distributed.add(relative)
 
 
 def _wrappers(facts: SetupFacts, relative: str, data: bytes) -> None:
-    for call in file_facts(relative, data, follow=False).compiles:
+    """Compiled flex wrappers by the name a target spells: bound to a name or class attribute, a
+    module-level rebinding of flex_attention itself, or a module-level function decorated with
+    @torch.compile that calls flex_attention."""
+    found = file_facts(relative, data, follow=False)
+    before = len(facts.wrappers)
+    for call in found.compiles:
         if not call.compiles_flex:
             continue
         for bound in call.reachable:
             target = f"{relative}:{bound}"
             facts.wrappers.append(Place(relative, call.line, target))
             facts.wrapper_backends[target] = call.backend
+            backend = f", backend={call.backend!r}" if call.backend else ""
+            facts.wrapper_how[target] = f"torch.compile(flex_attention{backend}) at {relative}:{call.line}"
+    for raw in found.raw_calls:
+        if raw.compiled_around and not raw.disabled_around and raw.cls is None and len(raw.enclosing) == 1:
+            target = f"{relative}:{raw.enclosing[0]}"
+            if all(place.what != target for place in facts.wrappers):
+                facts.wrappers.append(Place(relative, raw.line, target))
+                facts.wrapper_backends[target] = None
+                facts.wrapper_how[target] = (
+                    f"@torch.compile on {raw.enclosing[0]}, which calls flex_attention at {relative}:{raw.line}"
+                )
+    if len(facts.wrappers) > before:
+        facts.sources[relative] = data
 
 
 def python_setup(facts: SetupFacts, relative: str, data: bytes) -> None:
     """Add what one Python file says. Words are found by pattern (a suggestion that names its line
-    is cheap to check, and parsing every file of a large tree is not); the wrappers, whose bound
-    names matter, by `ast`, only in files where a compile( call's first word names flex, and last,
-    so that a file that cannot be parsed still says its words (SyntaxError, ValueError and
-    RecursionError propagate to the caller; bytes are decoded as Python decodes the file)."""
+    is cheap to check, and parsing every file of a large tree is not); the wrappers and threads,
+    whose names and calls matter, by `ast`, only in files that hold their words (SyntaxError,
+    ValueError and RecursionError propagate to the caller; bytes are decoded as Python decodes
+    the file)."""
     compiles_flex = b"flex" in data and _flex_words(facts, relative, data)
     if b"torch" in data:
         _torch_words(facts, relative, data)
@@ -113,7 +136,5 @@ def python_setup(facts: SetupFacts, relative: str, data: bytes) -> None:
         _wrappers(facts, relative, data)
 
 
-def shell_setup(facts: SetupFacts, relative: str, text: str) -> None:
-    for number, line in enumerate(text.splitlines(), 1):
-        if _LAUNCHER.match(line):
-            facts.launchers.append(Place(relative, number, line.strip()[:200]))
+def document_setup(facts: SetupFacts, relative: str, text: str) -> None:
+    facts.documents[relative] = text

@@ -13,13 +13,13 @@ import os
 import stat
 from collections.abc import Iterator
 
+from dflashdoctor.lint.launches import document_kind
 from dflashdoctor.placed_files import MIB, PlacedFileError, kind_of
 
 SOURCE_BYTES = 4 * MIB  # a larger .py is generated data, not code anyone writes
 # Folders no team's own code lives in: version control, caches, environments, build output.
 SKIPPED = {".git", ".hg", "__pycache__", ".venv", "venv", ".tox", "node_modules", "build", "dist", ".mypy_cache"}
-SKIPPED_SHELL = {".git", ".venv", "venv", "node_modules", "build", "dist"}  # launch scripts may sit in the rest
-SHELL_SUFFIXES = (".sh", ".slurm", ".sbatch")
+SKIPPED_SHELL = {".git", ".venv", "venv", "node_modules", "build", "dist"}  # documents may sit in the rest
 
 
 def skipped(folder: str) -> bool:
@@ -56,13 +56,14 @@ def read_source(path: str, max_bytes: int = SOURCE_BYTES, *, dir_fd: int | None 
 
 def tree_files(root_fd: int) -> Iterator[tuple[int, str, str, bool]]:
     """(its folder's descriptor, its name, its path relative to the root, whether it is Python) for
-    each .py file lint reads and each shell script (.sh, .slurm, .sbatch) below the open folder
-    `root_fd`, in one walk through descriptors (no path is looked up again, no link followed, so a
-    folder swapped for a link while the walk runs leads nowhere), in a stable order (folders and
-    files sorted, parents first). The descriptor is valid until the next item. Shell scripts are
-    also looked for in the folders skipped for Python (caches, tox environments, egg-info), as
-    `init` always did. A folder that cannot be read is passed over; OSError or RecursionError for
-    a tree too deep to walk (one descriptor a level)."""
+    each .py file lint reads and each document a launch command may be written in (README and
+    other Markdown, shell and Slurm scripts, Makefiles, CI workflows, pyproject.toml:
+    launches.document_kind) below the open folder `root_fd`, in one walk through descriptors (no
+    path is looked up again, no link followed, so a folder swapped for a link while the walk runs
+    leads nowhere), in a stable order (folders and files sorted, parents first). The descriptor is
+    valid until the next item. Documents are also looked for in the folders skipped for Python
+    (caches, tox environments, egg-info). A folder that cannot be read is passed over; OSError or
+    RecursionError for a tree too deep to walk (one descriptor a level)."""
     python_skipped: set[str] = set()
     for folder, subfolders, files, folder_fd in os.fwalk(".", dir_fd=root_fd):
         relative = folder.removeprefix("./").removeprefix(".")
@@ -72,13 +73,7 @@ def tree_files(root_fd: int) -> Iterator[tuple[int, str, str, bool]]:
             if skip_python or skipped(name):
                 python_skipped.add(os.path.join(folder, name))
         for name in sorted(files):
+            path = os.path.join(relative, name)
             python = name.endswith(".py")
-            if (python and not skip_python) or name.endswith(SHELL_SUFFIXES):
-                yield folder_fd, name, os.path.join(relative, name), python
-
-
-def python_files(top: str) -> Iterator[str]:
-    """Every .py lint reads under a folder, in the same order as `tree_files`."""
-    for folder, subfolders, files in os.walk(top):
-        subfolders[:] = sorted(d for d in subfolders if not skipped(d))
-        yield from (os.path.join(folder, name) for name in sorted(files) if name.endswith(".py"))
+            if (python and not skip_python) or document_kind(path) is not None or path == "pyproject.toml":
+                yield folder_fd, name, path, python

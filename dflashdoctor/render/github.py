@@ -31,6 +31,8 @@ def annotations(report: Report) -> list[str]:
                 props.insert(0, f"file={_escape(repo_path(f.where.file), property_value=True)}")
                 if f.where.line:
                     props.insert(1, f"line={f.where.line}")
+                    if f.where.column:
+                        props.insert(2, f"col={f.where.column}")
             lines.append(f"::{_COMMAND[f.severity]} {','.join(props)}::{_escape(f'{result.probe}: {f.title}')}")
     return lines
 

@@ -31,6 +31,8 @@ def _location(finding: Finding) -> list[dict[str, Any]]:
     physical: dict[str, Any] = {"artifactLocation": {"uri": uri}}
     if where.line:
         physical["region"] = {"startLine": int(where.line)}
+        if where.column:
+            physical["region"]["startColumn"] = int(where.column)
     return [{"physicalLocation": physical}]
 
 

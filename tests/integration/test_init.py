@@ -99,16 +99,27 @@ def test_a_root_that_is_not_a_folder_is_one_line_and_exit_2(tmp_path, main_here)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "is not a folder" in done.stderr
 
 
+_POOL = "import torch\nfrom concurrent.futures import ThreadPoolExecutor\n\npool = ThreadPoolExecutor(2)\n"
+
+
 def test_threads_and_launch_scripts_are_said_with_their_lines(tmp_path, main_here):
-    (tmp_path / "pairs.py").write_text(
-        "import torch\nfrom concurrent.futures import ThreadPoolExecutor\n\npool = ThreadPoolExecutor(2)\n"
-    )
+    """A pool that runs no model is no race (an async checkpointer, a loader's scan); one whose
+    function calls the model is, and nn.DataParallel is (its replicas run in threads)."""
+    (tmp_path / "pairs.py").write_text(_POOL + "pool.submit(shutil.copy, 'a', 'b')\n")
     (tmp_path / "launch.sh").write_text("#!/bin/sh\nNCCL_DEBUG=WARN torchrun --nproc-per-node 8 train.py\n")
     (tmp_path / "notes.py").write_text("# a comment naming ThreadPoolExecutor( in a file without torch\n")
     said = main_here("init", str(tmp_path)).stdout
-    assert "threaded_autotuners = true  # a thread pool or thread at pairs.py:4" in said
-    assert "# a launch line at launch.sh:2: NCCL_DEBUG=WARN torchrun --nproc-per-node 8 train.py" in said
+    assert "threaded_autotuners = false  # no thread in the team's code runs a model or kernel step" in said
+    assert 'run = "torchrun --nproc-per-node 8 train.py"  # launch.sh:2: torchrun launches train.py' in said
     assert "notes.py" not in said
+    (tmp_path / "pairs.py").write_text(
+        _POOL + "def step(pair):\n    pair.model(pair.batch).sum().backward()\npool.map(step, [])\n"
+    )
+    said = main_here("init", str(tmp_path)).stdout
+    assert "threaded_autotuners = true  # pairs.py:7: ThreadPoolExecutor.map runs step" in said
+    (tmp_path / "pairs.py").write_text("import torch\nmodel = torch.nn.DataParallel(net)\n")
+    said = main_here("init", str(tmp_path)).stdout
+    assert "threaded_autotuners = true  # pairs.py:2: nn.DataParallel" in said
 
 
 def test_what_the_fast_scan_skips_and_still_says(tmp_path, main_here):
@@ -129,8 +140,7 @@ def test_what_the_fast_scan_skips_and_still_says(tmp_path, main_here):
     )
     said = main_here("init", str(tmp_path)).stdout
     assert 'attn_implementation="flex_attention" at broken.py:3' in said
-    assert "# a launch line at __pycache__/launch.sh:2: torchrun --nproc-per-node 2 train.py" in said
-    assert 'run = "torchrun --standalone --nproc-per-node 2 train.py"  # train.py:4' in said
+    assert 'run = "torchrun --nproc-per-node 2 train.py"  # __pycache__/launch.sh:2: torchrun launches' in said
     assert "threaded_autotuners = false" in said  # egg-info holds no team code
 
 
@@ -246,7 +256,7 @@ def test_the_folder_is_scanned_and_written_through_one_descriptor(tmp_path):
     try:
         repo.rename(tmp_path / "moved")
         repo.symlink_to(victim, target_is_directory=True)
-        text = init_command.config_text(init_command.entries(init_command.scan(fd)))
+        text = init_command.config_text(init_command.entries(*init_command.scan(fd)))
         table = tomllib.loads(text)["tool"]["dflashdoctor"]
         add_table(fd, repo / "pyproject.toml", text, table)
     finally:
@@ -297,6 +307,6 @@ def test_secrets_in_a_launch_line_are_not_copied_into_the_table(tmp_path, main_h
         "--password=hunter2hunter2 --db postgres://u:pa/ss@db/x\n"
     )
     said = main_here("init", str(tmp_path)).stdout
-    assert "a launch line at launch.sh:2" in said and "torchrun train.py" in said
+    assert "launch.sh:2: torchrun launches train.py" in said and "torchrun train.py" in said
     for secret in ("abcdef0123456789", "s3cr3tvalue", "hunter2hunter2", "pa/ss"):
         assert secret not in said, secret

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,8 +44,16 @@ def _planted() -> set[tuple[str, str, int]]:
     return found
 
 
+def _faulty(tmp_path: Path) -> Path:
+    """The planted folder, copied out of this repository: inside it, the folder is under tests/,
+    where raw calls are on purpose (lint-raw-flex-call-on-purpose, off by default)."""
+    copy = tmp_path / "faulty"
+    shutil.copytree(LINT / "faulty", copy)
+    return copy
+
+
 def test_the_planted_folder_fails_with_each_finding_at_its_line_in_sarif(tmp_path):
-    result = run_cli_here(tmp_path, "lint", str(LINT / "faulty"), "--json")
+    result = run_cli_here(tmp_path, "lint", str(_faulty(tmp_path)), "--json")
     assert result.code == 1, result.stderr
     assert sorted(f["code"] for f in result.findings()) == sorted(PLANTED.values())
     sarif = json.loads((result.report_dir / "report.sarif").read_text())
@@ -68,7 +77,7 @@ def test_the_real_torchtune_wrapper_case_fires_at_its_dynamic_false_compile(tmp_
     static = "flex_attention_compiled = torch.compile(flex_attention, dynamic=False)"
     line = next(i for i, t in enumerate(case.read_text().splitlines(), 1) if t.strip() == static)
     result = run_cli_here(tmp_path, "lint", str(case), "--json")
-    assert result.code == 0, result.stderr  # a warning
+    assert result.code == 1, result.stderr  # a warning is a finding: a linter exits 1
     assert [(f["code"], f["where"]["line"]) for f in result.findings()] == [("lint-wrapper-static-varying", line)]
 
 
@@ -88,7 +97,7 @@ def test_no_finding_on_the_installed_package(tmp_path, package):
 def test_lint_runs_where_torch_cannot_be_imported(tmp_path):
     program = (
         "import runpy, sys; sys.modules['torch'] = None; "  # `import torch` now raises ImportError
-        f"sys.argv = ['dflashdoctor', 'lint', {str(LINT / 'faulty')!r}, '--json', '--report-dir', 'r']; "
+        f"sys.argv = ['dflashdoctor', 'lint', {str(_faulty(tmp_path))!r}, '--json', '--report-dir', 'r']; "
         "runpy.run_module('dflashdoctor', run_name='__main__')"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=tmp_path, timeout=120)

@@ -3,10 +3,13 @@ their healthy twins, and the facts behind them on the spellings real code uses."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dflashdoctor.lint.facts import file_facts
-from dflashdoctor.lint.rules import judge_file
+from dflashdoctor.lint.project import Project
+from dflashdoctor.lint.rules import call_kind, judge_file
 from tests.paths import TARGETS
 
 FAULTY = TARGETS / "lint" / "faulty"
@@ -20,11 +23,14 @@ CASES = {
     "lint-mod-reads-global": ("global_mask.py", "GLOBAL_READ"),
     "lint-wrapper-static-varying": ("static_varying.py", "STATIC_WRAPPER"),
     "lint-threaded-model-call": ("threaded_step.py", "POOL_STEP"),
+    "lint-raw-flex-call-on-purpose": ("eager_reference.py", "ON_PURPOSE"),
 }
 
 
 def _judged(source: str, path: str = "x.py"):
-    return judge_file(file_facts(path, source))
+    facts = file_facts(path, source)
+    facts.relative = Path(path).name  # as lint sets it: the planted files stand for a project's own
+    return judge_file(facts)
 
 
 @pytest.mark.parametrize("code", CASES)
@@ -248,3 +254,116 @@ def test_a_raw_call_under_a_partial_of_torch_compile_is_compiled():
         "    return flex_attention(q, q, q)\n"
     )
     assert _judged(source) == []
+
+
+# --- compiled regions as real code writes them, and raw calls made on purpose (issue 44) ---
+
+
+def _kinds(files: dict[str, str]) -> dict[tuple[str, int], str]:
+    """(file, line) -> call kind of every flex_attention call, the files judged as one project."""
+    facts = []
+    for name, source in files.items():
+        found = file_facts(name, source)
+        found.relative = name
+        facts.append(found)
+    project = Project.of(*facts)
+    return {(f.path, call.line): call_kind(call, f, project).kind for f in facts for call in f.raw_calls}
+
+
+_CALL = "def attend(q):\n    return flex_attention(q, q, q)\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "kind"),
+    [
+        # modded-nanogpt's idiom: the name rebound at module level, after the function that calls it
+        ({"m.py": _FLEX + _CALL + "flex_attention = torch.compile(flex_attention, dynamic=False)\n"}, "compiled"),
+        # the same rebinding under a module-level `if` (a flag read at import)
+        ({"m.py": _FLEX + "if True:\n    flex_attention = torch.compile(flex_attention)\n" + _CALL}, "compiled"),
+        # a function handed to torch.compile in the same file, and in another (the launcher)
+        ({"m.py": _FLEX + _CALL + "fast = torch.compile(attend)\n"}, "compiled"),
+        (
+            {"m.py": _FLEX + _CALL, "train.py": "import torch\nfrom m import attend\nstep = torch.compile(attend)\n"},
+            "compiled",
+        ),
+        # a module's forward, the model compiled whole in the launcher: torch.compile(model), block.compile(),
+        # aot_compile, torch.export
+        *[
+            (
+                {
+                    "m.py": _FLEX + "class Attn(torch.nn.Module):\n    def forward(self, q):\n"
+                    "        return flex_attention(q, q, q)\n",
+                    "train.py": launcher,
+                },
+                "compiled",
+            )
+            for launcher in (
+                "import torch\nmodel = torch.compile(model)\n",
+                "import torch\nfor block in model.layers:\n    block.compile()\n",
+                "import torch\nfrom torch._inductor import aot_compile\npackage = aot_compile(model, args)\n",
+                "import torch\nprogram = torch.export.export(model, (q,))\n",
+            )
+        ],
+        # a module-level helper a module's method calls, the model compiled
+        (
+            {
+                "m.py": _FLEX
+                + _CALL
+                + "class A(torch.nn.Module):\n    def forward(self, q):\n        return attend(q)\n"
+                "model = torch.compile(A())\n"
+            },
+            "compiled",
+        ),
+        # on purpose: a test, a benchmark, an eager reference, a compile switch's eager side, beside the wrapper
+        ({"tests/test_attn.py": _FLEX + _CALL}, "deliberate-raw"),
+        ({"benchmarks/attn.py": _FLEX + _CALL}, "deliberate-raw"),
+        ({"bench_flex.py": _FLEX + _CALL}, "deliberate-raw"),
+        ({"m.py": _FLEX + "def eager_reference(q):\n    return flex_attention(q, q, q)\n"}, "deliberate-raw"),
+        (
+            {
+                "m.py": _FLEX
+                + "def attend(q, args):\n    if not args.compile:\n        return flex_attention(q, q, q)\n"
+            },
+            "deliberate-raw",
+        ),
+        (
+            {
+                "m.py": _FLEX + "fast = torch.compile(flex_attention)\ndef compare(q):\n"
+                "    return fast(q, q, q), flex_attention(q, q, q)\n"
+            },
+            "deliberate-raw",
+        ),
+        # a risk: nothing compiles it (a model compile elsewhere does not reach a plain function no module calls)
+        ({"m.py": _FLEX + _CALL, "train.py": "import torch\nmodel = torch.compile(model)\n"}, "risk"),
+        # disabled inside a compiled model is still raw
+        (
+            {
+                "m.py": _FLEX + "class A(torch.nn.Module):\n    @torch.compiler.disable\n    def forward(self, q):\n"
+                "        return flex_attention(q, q, q)\nmodel = torch.compile(A())\n"
+            },
+            "risk",
+        ),
+    ],
+)
+def test_each_spelling_of_a_compiled_region_and_of_a_raw_call_on_purpose(files, kind):
+    kinds = _kinds(files)
+    assert kinds and set(kinds.values()) == {kind}, kinds
+
+
+def test_a_launcher_that_rebinds_another_files_wrapper_to_raw_flex_is_found_there():
+    """torchtitan's wrapper class compiles in attention.py; the launcher's patch (the first place a
+    user puts one) makes every call raw."""
+    wrapper = _FLEX + "class FlexAttentionWrapper:\n    _compiled_flex_attn = torch.compile(flex_attention)\n"
+    launcher = (
+        "from torch.nn.attention.flex_attention import flex_attention\nimport attention\n"
+        "attention.FlexAttentionWrapper._compiled_flex_attn = flex_attention\n"
+    )
+    facts = [file_facts("attention.py", wrapper), file_facts("train.py", launcher)]
+    project = Project.of(*facts)
+    found = [f for one in facts for f in judge_file(one, project)]
+    assert [(f.code, f.where.file, f.where.line) for f in found] == [("lint-wrapper-rebound", "train.py", 3)]
+    assert "attention.py:4" in found[0].title
+    # a test's tearDown restoring the wrapper it saved is not a rebinding to raw
+    restore = "import attention\nclass T:\n    def tearDown(self):\n"
+    restore += "        attention.FlexAttentionWrapper._compiled_flex_attn = self.saved\n"
+    assert judge_file(file_facts("restore.py", restore), project) == []

@@ -1,0 +1,159 @@
+"""Which documented command is the team's training run, and which compiled wrapper it calls: the
+choices `init` writes, each with its evidence and how sure it is.
+
+A command is scored on what a maintainer would look at: what it launches (a program named for
+training: train, pretrain, finetune, sft, fit), where that program lives (never a test, a benchmark,
+an example, an experiment, `old/`, `legacy/`, `records/` or vendored code when anything else is
+there), where the command is written (the README first, then the repository's scripts, a Makefile,
+CI), whether its program and its config file exist in the repository. An entry point no document
+launches (`if __name__ == "__main__":` that steps an optimizer) is the last resort, with its
+required arguments left for the user to fill.
+
+A wrapper is scored on whether the training program reaches it: its file is the program, or the
+program's source names the wrapper's module; never a test's, and a benchmark's or an example's only
+when nothing else compiles flex_attention."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from dflashdoctor.lint.launches import Launch
+from dflashdoctor.lint.setup_facts import Place, SetupFacts
+
+_TRAINING = re.compile(r"(^|[^a-z])(train|training|pretrain|finetune|fine_tune|sft|fit|distill)", re.IGNORECASE)
+_TESTS = {"test", "tests", "testing", "pytest", "unittest", "conftest"}
+_ASIDE = {
+    "benchmark", "benchmarks", "bench", "examples", "example", "experiments", "experimental", "old",
+    "legacy", "vendor", "vendored", "third_party", "thirdparty", "external", "records", "archive",
+    "deprecated", "scratch", "sandbox", "docs", "notebooks", "tools", "dev", "playground",
+}  # fmt: skip
+_CONFIG_ARG = re.compile(r"config|\.ya?ml$|\.toml$|\.json$", re.IGNORECASE)
+
+
+@dataclass
+class Choice:
+    """A chosen value with its evidence ("file:line", ...) and how sure init is."""
+
+    sure: str  # "documented", "likely", "guessed"
+    why: str
+
+
+def _entry_path(launch: Launch) -> str:
+    """The entry as a path in the repository: `-m pkg.train` is pkg/train.py."""
+    if launch.entry.startswith("-m "):
+        return launch.entry[3:].replace(".", "/") + ".py"
+    return launch.entry.removeprefix("./")
+
+
+def place_penalty(path: str) -> int:
+    """How far a file is from a team's training code: a test's is out, a benchmark's or an example's
+    far, nothing else."""
+    parts = {part.lower() for part in PurePosixPath(path).parts}
+    stem = PurePosixPath(path).stem.lower()
+    if parts & _TESTS or stem.startswith("test_") or stem.endswith("_test"):
+        return 100
+    if parts & _ASIDE or stem.startswith(("bench", "benchmark", "example", "demo", "debug")):
+        return 6
+    return 0
+
+
+def _exists(facts: SetupFacts, path: str, files: set[str]) -> bool:
+    if path in files or path in facts.documents:
+        return True
+    package = path.removesuffix(".py") + "/__main__.py"
+    return package in files
+
+
+def score(launch: Launch, facts: SetupFacts, files: set[str]) -> int:
+    """Higher is the training run."""
+    points = 0
+    console = not launch.entry.startswith("-m ") and not launch.entry.endswith(".py")
+    path = _entry_path(launch)
+    if _TRAINING.search(launch.entry) or any(_TRAINING.search(a) for a in launch.args[:2] if not a.startswith("-")):
+        points += 4
+    points -= place_penalty(path) if not console else 0
+    origin = (launch.via or [f"{launch.file}:{launch.line}"])[0]
+    if origin.lower().startswith("readme"):
+        points += 3
+    elif launch.file.lower().endswith((".sh", ".slurm", ".sbatch")):
+        points += 2 if launch.file.count("/") <= 1 else 1
+    elif launch.file.startswith(".github/"):
+        points -= 1
+    if console or _exists(facts, path, files):
+        points += 2
+    else:
+        points -= 4
+    configs = [a for a in launch.args if _CONFIG_ARG.search(a)]
+    if configs:
+        points += 1
+    if any(a.split("=", 1)[-1].removeprefix("./") in files or a.removeprefix("./") in files for a in configs):
+        points += 1
+    if launch.launcher in ("torchrun", "accelerate", "deepspeed"):
+        points += 1
+    if any("$" in word for word in launch.words):
+        points -= 2  # a variable nothing sets: the line is not runnable as written
+    return points
+
+
+def choose_run(facts: SetupFacts, launches: list[Launch], files: set[str]) -> tuple[Launch | None, Choice | None]:
+    """The best-scored documented command, if any scores as training."""
+    if not launches:
+        return None, None
+    ranked = sorted(enumerate(launches), key=lambda item: (-score(item[1], facts, files), item[0]))
+    best = ranked[0][1]
+    points = score(best, facts, files)
+    if points < 1:
+        return None, None
+    where = ", then ".join([*best.via, f"{best.file}:{best.line}"])
+    sure = "documented" if (best.via or [best.file])[0].lower().startswith("readme") else "likely"
+    return best, Choice(sure, f"{where}: {best.launcher} launches {best.entry}")
+
+
+def choose_trainer(facts: SetupFacts) -> Place | None:
+    """The entry point that steps an optimizer, when no document launches one: the team's own,
+    named for training, shallowest."""
+    candidates = [t for t in facts.trainers if place_penalty(t.file) < 100]
+    if not candidates:
+        return None
+    return min(
+        candidates,
+        key=lambda t: (
+            place_penalty(t.file),
+            not _TRAINING.search(PurePosixPath(t.file).stem),
+            t.file.count("/"),
+            t.file,
+        ),
+    )
+
+
+def _module_of(path: str) -> str:
+    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def _reaches(entry_source: bytes, wrapper_file: str) -> bool:
+    """The program's source imports the wrapper's module (or a package above it)."""
+    module = _module_of(wrapper_file)
+    parts = module.split(".")
+    names = {".".join(parts[:i]) for i in range(2, len(parts) + 1)} | {parts[-1]}
+    return any(re.search(rb"\b(?:from|import)\s+" + re.escape(n.encode()) + rb"\b", entry_source) for n in names)
+
+
+def choose_target(facts: SetupFacts, entry_file: str | None) -> tuple[Place | None, Choice | None]:
+    """The compiled wrapper the training program calls, ranked: in the program itself, imported by
+    it, in the team's package (models, attention, ops), then examples; a test's never."""
+    candidates = [w for w in facts.wrappers if place_penalty(w.file) < 100]
+    if not candidates:
+        return None, None
+    entry_source = facts.sources.get(entry_file or "", b"")
+
+    def rank(wrapper: Place) -> tuple[int, int, int, str]:
+        reached = 0 if wrapper.file == entry_file else 1 if entry_source and _reaches(entry_source, wrapper.file) else 2
+        return (place_penalty(wrapper.file), reached, wrapper.file.count("/"), wrapper.what)
+
+    best = min(candidates, key=rank)
+    reached = rank(best)[1]
+    how = {0: "in the training program itself", 1: "imported by the training program", 2: "in the package"}[reached]
+    sure = "documented" if reached < 2 else "likely"
+    return best, Choice(sure, how)
