@@ -148,6 +148,12 @@ def _said(refused: PathRefused, full: str) -> str:
     return f"{refused.path}, on the way to it, {refused.reason}"
 
 
+def file_reason(path: Path) -> str | None:
+    """Why a file at `path` is not this user's alone to change (another user owns it or a folder
+    on its way), or None: for what reads a file without running it (lint's table)."""
+    return _file_reason(path)
+
+
 def _file_reason(path: Path) -> str | None:
     """Why the regular file at `path` may not be run. What is missing or not a regular file is not
     judged here: it runs nothing, and the reader says what it is (placed_files, the probe)."""

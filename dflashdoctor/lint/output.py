@@ -19,7 +19,9 @@ FORMATS = ("concise", "full", "json", "github", "sarif")
 
 
 def _text(value: str) -> str:
-    return without_controls(encodable(value))
+    """One line: a newline or tab in a file name is escaped, as every other control character is."""
+    one_line = encodable(value).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return without_controls(one_line)
 
 
 def _findings(report: Report) -> list[Finding]:

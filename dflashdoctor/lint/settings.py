@@ -15,6 +15,7 @@ link followed), at most 4 MiB, its errors one line each."""
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import Any
 
 from dflashdoctor.errors import BadInput
 from dflashdoctor.placed_files import MIB, PlacedFileError, read_placed
+from dflashdoctor.trust import file_reason
 
 # short code -> the code a finding carries (codes.py); the order is the rules' order in the docs
 RULE_CODES = {
@@ -113,14 +115,21 @@ def _glob_match(pattern: str, text: str) -> bool:
 
 
 def find_config(start: Path) -> Path | None:
-    """The nearest pyproject.toml at or above `start` that has a [tool.dflashdoctor.lint] table."""
+    """The nearest pyproject.toml at or above `start`, if it has a [tool.dflashdoctor.lint] table:
+    the project's own, never one further up (another user's /tmp/pyproject.toml must not silence
+    root's lint), nor past a `.git`. One that another user could change, or that is not a regular
+    file (a link, a FIFO), is refused in one line rather than read or passed over."""
     folder = start.resolve()
     for candidate in [folder, *folder.parents]:
         path = candidate / "pyproject.toml"
-        if path.is_file() and b"dflashdoctor" in _bytes(path):
-            table = _table(path, explicit=False)
-            if table is not None:
-                return path
+        if os.path.lexists(path):
+            reason = file_reason(path) if not os.path.islink(path) else None
+            if reason is not None:
+                raise BadInput(f"refusing lint's configuration {path}: {reason}; pass --config {path} to use it")
+            data = _bytes(path)
+            return path if b"dflashdoctor" in data and _table(path, explicit=False) is not None else None
+        if os.path.lexists(candidate / ".git"):
+            return None
     return None
 
 
