@@ -190,10 +190,14 @@ def test_a_stdout_that_cannot_encode_the_marks_shows_escapes_not_a_crash(tmp_pat
     (tmp_path / "a.py").write_text(
         "from torch.nn.attention.flex_attention import flex_attention\nflex_attention(1, 2, 3)\n"
     )
+    (tmp_path / "café.py").write_text((tmp_path / "a.py").read_text())
     env = {**os.environ, "PYTHONIOENCODING": "ascii"}
-    done = _doctor_child(tmp_path, "lint", "a.py", "--report-dir", "r", capture_output=True, env=env)
-    assert done.returncode == 1, done.stderr
-    assert b"\\u2718" in done.stdout and b"Traceback" not in done.stderr
+    done = _doctor_child(tmp_path, "lint", "a.py", "café.py", "--report-dir", "r", capture_output=True, env=env)
+    assert done.returncode == 1 and b"Traceback" not in done.stderr, done.stderr
+    assert b"caf\\xe9.py:2:1: DFD001" in done.stdout or b"caf\\u00e9.py:2:1: DFD001" in done.stdout, done.stdout
+    done = _doctor_child(tmp_path, "show", "r/report.json", capture_output=True, env=env)  # the terminal's marks
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    assert b"\\u2718" in done.stdout
 
 
 def test_show_refuses_a_duration_that_is_no_number(tmp_path, main_here):
