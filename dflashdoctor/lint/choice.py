@@ -66,6 +66,16 @@ def _exists(facts: SetupFacts, path: str, files: set[str]) -> bool:
     return package in files
 
 
+def _named_file(word: str, files: set[str]) -> bool:
+    """A console script's word that names a file of the repository (`tune run full_finetune` and
+    recipes/full_finetune.py; `--config llama3_1/8B_full` and recipes/configs/llama3_1/8B_full.yaml)."""
+    word = word.split("=", 1)[-1].removeprefix("./")
+    if not word or word.startswith("-"):
+        return False
+    endings = (word, *(f"{word}{suffix}" for suffix in (".py", ".yaml", ".yml", ".toml", ".json")))
+    return any(f == e or f.endswith("/" + e) for f in files for e in endings)
+
+
 def score(launch: Launch, facts: SetupFacts, files: set[str]) -> int:
     """Higher is the training run."""
     points = 0
@@ -81,16 +91,18 @@ def score(launch: Launch, facts: SetupFacts, files: set[str]) -> int:
         points += 2 if launch.file.count("/") <= 1 else 1
     elif launch.file.startswith(".github/"):
         points -= 1
-    if console or _exists(facts, path, files):
-        points += 2
+    if console:
+        words = launch.entry.split()
+        points += 2 if len(words) > 2 and _named_file(words[-1], files) else 0  # `tune run RECIPE`: RECIPE.py
     else:
-        points -= 4
-    configs = [a for a in launch.args if _CONFIG_ARG.search(a)]
-    if configs:
+        points += 2 if _exists(facts, path, files) else -4
+    values = [a for a in launch.args if not a.startswith("-") or "=" in a]
+    if any(_CONFIG_ARG.search(a) for a in launch.args):
         points += 1
-    if any(a.split("=", 1)[-1].removeprefix("./") in files or a.removeprefix("./") in files for a in configs):
-        points += 1
-    if launch.launcher in ("torchrun", "accelerate", "deepspeed"):
+        points += any(_named_file(a, files) for a in values)
+    if launch.launcher in ("torchrun", "accelerate", "deepspeed") or any(
+        w.startswith(("--nproc", "--nnodes")) for w in launch.words
+    ):
         points += 1
     if any("$" in word for word in launch.words):
         points -= 2  # a variable nothing sets: the line is not runnable as written
@@ -141,16 +153,21 @@ def _reaches(entry_source: bytes, wrapper_file: str) -> bool:
 
 
 def choose_target(facts: SetupFacts, entry_file: str | None) -> tuple[Place | None, Choice | None]:
-    """The compiled wrapper the training program calls, ranked: in the program itself, imported by
-    it, in the team's package (models, attention, ops), then examples; a test's never."""
-    candidates = [w for w in facts.wrappers if place_penalty(w.file) < 100]
+    """The compiled wrapper the training program calls, ranked: defined at module or class level
+    (not a function's re-compile of it, not made per instance), in the program itself, imported by
+    it, shallowest; a test's, a benchmark's, an example's or an old record's never (they are listed
+    as comments)."""
+    candidates = [w for w in facts.wrappers if place_penalty(w.file) == 0]
     if not candidates:
         return None, None
     entry_source = facts.sources.get(entry_file or "", b"")
 
-    def rank(wrapper: Place) -> tuple[int, int, int, str]:
+    def rank(wrapper: Place) -> tuple[int, int, int, int, str]:
         reached = 0 if wrapper.file == entry_file else 1 if entry_source and _reaches(entry_source, wrapper.file) else 2
-        return (place_penalty(wrapper.file), reached, wrapper.file.count("/"), wrapper.what)
+        # where the wrapper is defined (module or class level) before a function's re-compile of it,
+        # and both before one made per instance
+        made = (wrapper.what in facts.recompiled) + 2 * (wrapper.what in facts.instance_wrappers)
+        return (made, reached, wrapper.file.count("/"), 0, wrapper.what)
 
     best = min(candidates, key=rank)
     reached = rank(best)[1]

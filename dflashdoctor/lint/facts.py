@@ -37,8 +37,12 @@ _MOD_KEYWORDS = {"score_mod", "mask_mod"}
 _THREAD_WORDS = {"Thread", "ThreadPoolExecutor", "ThreadPool"}
 # A name that reads as a compile switch (`args.compile`, `use_compile`, `compile_flex`, `COMPILE`).
 _COMPILE_SWITCH = re.compile(r"compile", re.IGNORECASE)
-# A name that reads as a model or a part of one, as code compiling it whole spells it.
-_MODEL_WORD = re.compile(r"model|module|net\b|block|layer|encoder|decoder|transformer|drafter|policy|self\b", re.I)
+# A name that reads as a model or a part of one, as code compiling it whole spells it: its last word
+# (`model`, `self.draft_model`, `transformer_block`, `layer`; not `create_block_mask`).
+_MODEL_WORD = re.compile(
+    r"(?:^|[._])(?:model|module|net|network|block|layer|encoder|decoder|transformer|drafter|policy|backbone|self)s?$",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -50,6 +54,7 @@ class CompileCall:
     dynamic: bool | None
     bound_to: list[str] = field(default_factory=list)  # names or dotted attributes it is assigned to
     reachable: list[str] = field(default_factory=list)  # of those, what an import reaches (`name`, `Class.attr`)
+    in_function: bool = False  # made inside a function: a re-compile of a wrapper defined elsewhere, or a helper's
 
 
 @dataclass
@@ -63,6 +68,7 @@ class RawCall:
     cls: str | None = None  # the class whose method (or a function in it) holds the call
     called_as: str = "flex_attention"  # the callee as written
     switch_line: int | None = None  # an `if` on a compile switch around it (`if not args.compile:`)
+    alias_line: int | None = None  # called through a local bound to flex_attention on this line
     compiled_by: str | None = None  # what compiles it, found in this file (finish)
     beside_compiled: bool = False  # its function also calls a compiled flex_attention wrapper (finish)
 
@@ -127,6 +133,9 @@ class FileFacts:
     compile_sites: CompileSites = field(default_factory=CompileSites)
     called_in_methods: set[str] = field(default_factory=set)  # plain names a class's methods call
     raw_assignments: list[tuple[int, str]] = field(default_factory=list)  # (line, `a.B.attr`) = flex_attention
+    forwarded_wrappers: list[tuple[int, str]] = field(default_factory=list)  # (compile line, `Class.attr`)
+    functions: dict[str, tuple[int, int, frozenset[str]]] = field(default_factory=dict)  # top-level def ->
+    # (its line, how many positional parameters, the names its body reads)
 
 
 class _Collector(ast.NodeVisitor):
@@ -145,6 +154,10 @@ class _Collector(ast.NodeVisitor):
         self.top_functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         self.bindings: dict[int, tuple[list[str], list[str]]] = {}  # line -> (targets, reachable ones)
         self.assignments: list[tuple[int, list[str], ast.expr]] = []
+        self.bound_in_function: set[int] = set()  # lines of compile calls bound inside a function
+        self.aliases: dict[tuple[str, ...], dict[str, tuple[int, int | None]]] = {}  # scope -> local -> line
+        self.factories: set[str] = set()  # top-level functions that return torch.compile(flex_attention)
+        self.factory_calls: list[tuple[int, str, list[str]]] = []  # (line, factory called, module-level targets)
         self.call_targets: dict[int, list[str]] = {}  # id of a call assigned somewhere -> the targets' texts
         self.static: dict[int, StaticWrapper] = {}  # the compile's (or decorator's) line -> wrapper
         self.makes_threads = False
@@ -242,6 +255,21 @@ class _Collector(ast.NodeVisitor):
 
     visit_IfExp = visit_If  # type: ignore[assignment]
 
+    def visit_Return(self, node: ast.Return) -> None:
+        """`def compile_flex(): return torch.compile(flex_attention)`: a factory; what module-level code
+        binds its call to is a wrapper (torchtune's `flex_attention_compiled = compile_flex_attention()`)."""
+        value = node.value
+        if (
+            len(self.functions) == 1
+            and not self.classes
+            and isinstance(value, ast.Call)
+            and self._is_compile(value.func)
+            and value.args
+            and self._wraps_flex(value.args[0])
+        ):
+            self.factories.add(self.functions[0][0])
+        self.generic_visit(node)
+
     def visit_Global(self, node: ast.Global) -> None:
         self.rebound_globals |= set(node.names)
 
@@ -284,6 +312,11 @@ class _Collector(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _assigned(self, targets: list[ast.expr], value: ast.expr, line: int) -> None:
+        if self.functions and self._is_flex(value):
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    switch = self.switches[-1] if self.switches else None
+                    self.aliases.setdefault(self._scope(), {})[target.id] = (line, switch)
         if not self.functions and not self.classes:
             for target in targets:
                 number = isinstance(value, ast.Constant) and type(value.value) in (int, float)
@@ -302,15 +335,26 @@ class _Collector(ast.NodeVisitor):
             self.call_targets[id(value)] = texts
         if isinstance(value, ast.Call) and self._is_compile(value.func):
             self.bindings[line] = (texts, reachable)  # the CompileCall is made by visit_Call, next
+            if self.functions:
+                self.bound_in_function.add(line)
             if not self.functions and not self.classes and value.args and self._wraps_flex(value.args[0]):
                 for target in targets:  # `flex_attention = torch.compile(flex_attention)`: its calls compiled
                     if isinstance(target, ast.Name) and target.id in self.flex_names:
                         self.compiled_flex_names.setdefault(target.id, line)
-        elif texts:
+        elif texts and not self.switches:  # a compile switch's branches each bind it once: no rebinding
             self.assignments.append((line, texts, value))
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and reachable and not self.functions:
+            self.factory_calls.append((line, value.func.id, reachable))
 
     def _scope(self) -> tuple[str, ...]:
         return (self.classes[-1] if self.classes else "", *(f[0] for f in self.functions))
+
+    def _alias(self, func: ast.expr) -> tuple[int, int | None] | None:
+        """A local name this function bound to raw flex_attention (`attend = flex_attention` in one
+        branch, a compiled wrapper in another): (that line, the compile switch around it, if any)."""
+        if not isinstance(func, ast.Name) or not self.functions:
+            return None
+        return self.aliases.get(self._scope(), {}).get(func.id)
 
     def _model_compile(self, node: ast.Call) -> None:
         """`block.compile()`, `aot_compile(...)`, `torch.export.export(model, ...)`: a model compiled
@@ -334,7 +378,8 @@ class _Collector(ast.NodeVisitor):
             self._static(node.lineno, self.call_targets.get(id(node), []), self._wraps_flex(node.args[0]))
         if self._is_compile(node.func) and node.args:
             self._compile_call(node)
-        elif self._is_flex(node.func):
+        elif self._is_flex(node.func) or self._alias(node.func) is not None:
+            alias = self._alias(node.func)
             static = next((f for f in reversed(self.static_functions) if f is not None), None)
             if static is not None:
                 self._static(static[0], [static[1]], True)
@@ -347,7 +392,8 @@ class _Collector(ast.NodeVisitor):
                 enclosing=tuple(f[0] for f in self.functions),
                 cls=self.classes[-1] if self.classes else None,
                 called_as=dotted_name(node.func) or "flex_attention",
-                switch_line=self.switches[-1] if self.switches else None,
+                switch_line=self.switches[-1] if self.switches else (alias[1] if alias else None),
+                alias_line=alias[0] if alias else None,
             )
             self.facts.raw_calls.append(call)
             self.call_scopes[id(call)] = self._scope()
@@ -410,10 +456,41 @@ class _Collector(ast.NodeVisitor):
                 StaticVarying(line, wrapper.name, first.line, first.called, first.loop_line, len(calls))
             )
 
+    def _factory_wrappers(self) -> None:
+        """Module-level names bound to a factory's call are wrappers as a direct compile's are."""
+        for line, factory, targets in self.factory_calls:
+            if factory in self.factories and line not in self.bindings:
+                self.bindings[line] = (targets, targets)
+                self.facts.compiles.append(CompileCall(line, f"{factory}()", True, None, None))
+
+    def forwarded_wrappers(self) -> list[tuple[int, str]]:
+        """A wrapper compiled into a local and handed to another object's attribute
+        (`layer.self_attn.flex_attention_compiled = compiled`), which a class of this file calls as
+        `self.flex_attention_compiled(...)`: (the compile's line, `Class.attr`)."""
+        locals_at = {
+            text: call.line
+            for call in self.facts.compiles
+            if call.compiles_flex and call.in_function
+            for text in call.bound_to
+            if "." not in text
+        }
+        found = []
+        for _line, texts, value in self.assignments:
+            if not (isinstance(value, ast.Name) and value.id in locals_at):
+                continue
+            for text in texts:
+                attr = text.rsplit(".", 1)[-1]
+                for scope, callees in self.calls_by_scope.items():
+                    if scope[0] and f"{scope[0]}.{attr}" in callees:
+                        found.append((locals_at[value.id], f"{scope[0]}.{attr}"))
+        return sorted(set(found))
+
     def finish(self, tree: ast.Module | None = None) -> FileFacts:
+        self._factory_wrappers()
         wrappers: dict[str, int] = {}
         for call in self.facts.compiles:
             call.bound_to, call.reachable = self.bindings.get(call.line, ([], []))
+            call.in_function = call.line in self.bound_in_function
             if call.compiles_flex:
                 for text in call.bound_to:
                     wrappers.setdefault(text, call.line)
@@ -440,6 +517,11 @@ class _Collector(ast.NodeVisitor):
             self._varying(tree)
         if tree is not None and self.makes_threads:
             self.facts.threaded = threaded_calls(tree)
+        self.facts.forwarded_wrappers = self.forwarded_wrappers()
+        self.facts.functions = {
+            name: (node.lineno, len(node.args.posonlyargs) + len(node.args.args), frozenset(_names_in(node)))
+            for name, node in self.top_functions.items()
+        }
         return self.facts
 
 
@@ -465,7 +547,7 @@ def _constant_bool(call: ast.Call, keyword: str) -> bool | None:
     return value.value if isinstance(value, ast.Constant) and isinstance(value.value, bool) else None
 
 
-def _names_in(test: ast.expr) -> list[str]:
+def _names_in(test: ast.AST) -> list[str]:
     """The names and attribute names a condition reads (`args.compile` gives `args`, `compile`)."""
     names = []
     for node in ast.walk(test):

@@ -104,8 +104,26 @@ def _program(words: list[str], scripts: dict[str, str]) -> tuple[str, str, list[
         return _after_options("accelerate", rest[1:], i) if rest[:1] == ["launch"] else None
     if head == "lightning" and rest[:1] == ["run"]:
         return _after_options("lightning", rest[2:], i)
-    entry = [head, *[w for w in rest[:2] if not w.startswith("-")]]
-    return head, " ".join(entry), rest[len(entry) - 1 :], i
+    return _console(head, rest, i)
+
+
+_VERBS = {"run", "fit", "train", "launch", "finetune"}  # a console script's verb that names a recipe after it
+
+
+def _console(head: str, rest: list[str], start: int) -> tuple[str, str, list[str], int]:
+    """A project's console script: its subcommand, and for a verb such as `run` the recipe it runs
+    (`tune run --nproc_per_node 2 full_finetune_distributed --config X`: options between them are
+    the launcher's, each read with its value)."""
+    if not rest or rest[0].startswith("-"):
+        return head, head, rest, start
+    entry, i = [head, rest[0]], 1
+    if rest[0] in _VERBS:
+        while i < len(rest) and rest[i].startswith("-"):
+            i += 1 if "=" in rest[i] or i + 1 >= len(rest) or rest[i + 1].startswith("-") else 2
+        if i < len(rest):
+            entry.append(rest[i])
+            i += 1
+    return head, " ".join(entry), rest[i:], start
 
 
 # Launcher options that take no value (all others are read as `--name value`).

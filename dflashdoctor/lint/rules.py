@@ -29,17 +29,18 @@ class CallKind:
 
 
 _ASIDE_FOLDERS = {"test", "tests", "testing", "benchmark", "benchmarks", "bench", "benches"}
+_ASIDE_FOLDERS |= {"examples", "example", "demo", "demos", "notebooks", "tutorials"}  # show both paths, on purpose
 _ASIDE_FILE = re.compile(r"^(test_.*|.*_test|conftest|bench.*|.*_bench|.*benchmark.*)\.py$")
 # A function whose name says it computes the eager answer on purpose (`ref_attention`, `eager_flex`).
 _REFERENCE = re.compile(r"(^|_)(ref|reference|eager|naive|baseline|golden|expected|unfused|dense|debug)(_|$)", re.I)
 
 
 def aside(path: str) -> str | None:
-    """A test or a benchmark by its path: its raw calls are there on purpose (an eager reference, a
-    comparison), never on a training path."""
+    """A test, a benchmark or an example by its path: its raw calls are there on purpose (an eager
+    reference, a comparison, a demo of the eager path), not on the team's training path."""
     parts = Path(path).parts
     if _ASIDE_FOLDERS & {part.lower() for part in parts[:-1]}:
-        return "a test or benchmark folder"
+        return "a test, benchmark or example folder"
     return "a test or benchmark file" if parts and _ASIDE_FILE.match(parts[-1]) else None
 
 
@@ -86,11 +87,18 @@ def raw_calls(facts: FileFacts, project: Project) -> list[Finding]:
                     detail="Outside torch.compile, flex_attention builds the full float32 score matrix (forward "
                     "and backward) instead of a fused kernel."
                     + (
+                        f" It is called through `{call.called_as}`, bound to flex_attention itself at line "
+                        f"{call.alias_line}."
+                        if call.alias_line
+                        else ""
+                    )
+                    + (
                         " The function around it is excluded from compiling (torch.compiler.disable)."
                         if call.disabled_around
                         else ""
                     ),
                     where=where,
+                    evidence={"alias_line": call.alias_line} if call.alias_line else {},
                     fix="Call a wrapper made once with `torch.compile(flex_attention)` (Inductor), or compile the "
                     "function that calls it.",
                 )

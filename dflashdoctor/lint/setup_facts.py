@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from dflashdoctor.lint.facts import file_facts, thread_facts
+from dflashdoctor.lint.facts import FileFacts, file_facts, thread_facts
 
 
 @dataclass
@@ -33,6 +33,8 @@ class SetupFacts:
     wrappers: list[Place] = field(default_factory=list)  # what = "file.py:attr" as a target spells it
     wrapper_backends: dict[str, str | None] = field(default_factory=dict)  # target -> backend written
     wrapper_how: dict[str, str] = field(default_factory=dict)  # target -> how it is compiled, as written
+    instance_wrappers: set[str] = field(default_factory=set)  # made per instance (`self.attr`): not importable
+    recompiled: set[str] = field(default_factory=set)  # bound inside a function: a re-compile, a helper's
     hf_flex: list[Place] = field(default_factory=list)
     threaded: list[Place] = field(default_factory=list)  # threads whose function runs a model or kernel step
     trainers: list[Place] = field(default_factory=list)  # entry points that step an optimizer
@@ -104,12 +106,23 @@ def _wrappers(facts: SetupFacts, relative: str, data: bytes) -> None:
     for call in found.compiles:
         if not call.compiles_flex:
             continue
-        for bound in call.reachable:
+        # every name it is bound to but a function's local variable (a helper's own re-compile)
+        for bound in [b for b in call.bound_to if "." in b or not call.in_function]:
             target = f"{relative}:{bound}"
+            if bound not in call.reachable:
+                facts.instance_wrappers.add(target)  # `self.attr` in a method: made per instance
+            if call.in_function:
+                facts.recompiled.add(target)
             facts.wrappers.append(Place(relative, call.line, target))
             facts.wrapper_backends[target] = call.backend
             backend = f", backend={call.backend!r}" if call.backend else ""
             facts.wrapper_how[target] = f"torch.compile(flex_attention{backend}) at {relative}:{call.line}"
+    for line, attr in found.forwarded_wrappers:
+        target = f"{relative}:{attr}"
+        facts.instance_wrappers.add(target)
+        facts.wrappers.append(Place(relative, line, target))
+        facts.wrapper_how[target] = f"torch.compile(flex_attention) at {relative}:{line}, set on each {attr}"
+    _fronts(facts, relative, found)
     for raw in found.raw_calls:
         if raw.compiled_around and not raw.disabled_around and raw.cls is None and len(raw.enclosing) == 1:
             target = f"{relative}:{raw.enclosing[0]}"
@@ -121,6 +134,23 @@ def _wrappers(facts: SetupFacts, relative: str, data: bytes) -> None:
                 )
     if len(facts.wrappers) > before:
         facts.sources[relative] = data
+
+
+def _fronts(facts: SetupFacts, relative: str, found: FileFacts) -> None:
+    """transformers' singleton, as teams copy it: the wrapper is made per instance
+    (`self._compiled = torch.compile(flex_attention)` in a class's __init__), so it cannot be imported
+    as a callable; the module-level function of that file that reaches it through the class and
+    takes flex_attention's (q, k, v) is (`compile_friendly_flex_attention`). It stands before the
+    instance's attribute."""
+    made = [w for w in facts.instance_wrappers if w.startswith(f"{relative}:")]
+    classes = {w.split(":", 1)[1].split(".", 1)[0] for w in made}
+    for name, (line, positional, reads) in found.functions.items():
+        if positional >= 3 and classes & reads:
+            target = f"{relative}:{name}"
+            facts.wrappers.append(Place(relative, line, target))
+            facts.wrapper_how[target] = (
+                f"{name}, which calls the per-instance wrapper of {', '.join(sorted(classes & reads))}"
+            )
 
 
 def python_setup(facts: SetupFacts, relative: str, data: bytes) -> None:
