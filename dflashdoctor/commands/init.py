@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shlex
 import sys
 import tomllib
@@ -31,6 +32,7 @@ from dflashdoctor.pyproject_table import add_table
 from dflashdoctor.redaction import redact_argv
 from dflashdoctor.safe_paths import PathRefused, open_folder
 
+_NPROC = re.compile(r"^--nproc[-_]per[-_]node(=\d+)?$")
 HEADER = "# dflashdoctor init: inferred from the source (nothing was imported or run); check each line."
 
 
@@ -112,8 +114,11 @@ def _launch_entries(launch: Launch, choice_why: str, sure: str) -> list[Entry]:
                 "repository sets it), then uncomment",
             ),
         ]
+    ranks = [int(w.rsplit("=", 1)[-1]) for i, w in enumerate(launch.words) if _NPROC.match(w) and "=" in w]
+    ranks += [int(n) for w, n in zip(launch.words, launch.words[1:], strict=False) if _NPROC.match(w) and n.isdigit()]
+    scale = f"; {ranks[0]} processes as documented: lower it to this node's GPUs" if ranks and ranks[0] > 2 else ""
     return [
-        Entry("run", command, f"{choice_why} ({sure})"),
+        Entry("run", command, f"{choice_why} ({sure}){scale}"),
         Entry("run_steps", 3, "each process stops after this many optimizer steps"),
     ]
 

@@ -41,6 +41,7 @@ class Project:
     functions: dict[str, str] = field(default_factory=dict)  # a compiled function's name -> "file:line"
     models: list[str] = field(default_factory=list)  # "file:line" of each model compiled whole
     wrappers: dict[str, str] = field(default_factory=dict)  # "Class.attr" or name -> "file:line"
+    defined: set[str] = field(default_factory=set)  # wrappers bound at module or class level
 
     def add(self, facts: FileFacts) -> None:
         for name, line in facts.compile_sites.functions.items():
@@ -49,7 +50,11 @@ class Project:
         for call in facts.compiles:
             if call.compiles_flex:
                 for text in call.bound_to:
-                    self.wrappers.setdefault(text, f"{facts.path}:{call.line}")
+                    if call.in_function:  # a function's re-compile: named only where no definition is
+                        self.wrappers.setdefault(text, f"{facts.path}:{call.line}")
+                    elif text not in self.defined:
+                        self.wrappers[text] = f"{facts.path}:{call.line}"
+                        self.defined.add(text)
 
     @classmethod
     def of(cls, *files: FileFacts) -> Project:

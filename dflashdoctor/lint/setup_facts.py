@@ -116,7 +116,10 @@ def _wrappers(facts: SetupFacts, relative: str, data: bytes) -> None:
             facts.wrappers.append(Place(relative, call.line, target))
             facts.wrapper_backends[target] = call.backend
             backend = f", backend={call.backend!r}" if call.backend else ""
-            facts.wrapper_how[target] = f"torch.compile(flex_attention{backend}) at {relative}:{call.line}"
+            how = f"torch.compile(flex_attention{backend})"
+            if call.compiled.endswith("()"):  # a factory's call
+                how = f"{call.compiled}, which returns torch.compile(flex_attention),"
+            facts.wrapper_how[target] = f"{how} at {relative}:{call.line}"
     for line, attr in found.forwarded_wrappers:
         target = f"{relative}:{attr}"
         facts.instance_wrappers.add(target)
