@@ -48,8 +48,9 @@ _HF_FLEX = re.compile(rb"""attn_implementation\s*=\s*["']flex_attention["']""")
 _MAIN = re.compile(rb"""^if\s+__name__\s*==\s*["']__main__["']""", re.MULTILINE)
 _STEPS = re.compile(rb"\.(?:backward|step)\(")
 _PROCESS_GROUP = re.compile(rb"\binit_process_group\(")
-_COMPILES_FLEX = re.compile(rb"compile\(\s*[\w.]*flex|@torch\.compile|torch\.compile\b")
+_COMPILES_FLEX = re.compile(rb"compile\(\s*[\w.]*flex|@torch\.compile")
 _DATA_PARALLEL = re.compile(rb"\bDataParallel\(")
+_STEP_WORDS = (b"backward", b".step(", b"odel", b"triton", b"compile")
 
 
 def _lines(pattern: re.Pattern[bytes], data: bytes) -> list[int]:
@@ -74,7 +75,8 @@ def _flex_words(facts: SetupFacts, relative: str, data: bytes) -> bool:
 def _torch_words(facts: SetupFacts, relative: str, data: bytes) -> None:
     """Threads that step a model, nn.DataParallel, and entry points that step an optimizer, in a
     file that imports torch; whether such an entry point starts a process group."""
-    threads = b"Thread" in data
+    # as lint reads them (commands/lint.py): a thread made, and a word of a step for it to run
+    threads = (b"Thread(" in data or b"ThreadPool" in data) and any(word in data for word in _STEP_WORDS)
     parallel = b"DataParallel(" in data
     main = b"__main__" in data
     if not (threads or parallel or main) or _IMPORTS_TORCH.search(data) is None:
