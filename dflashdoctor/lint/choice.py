@@ -113,10 +113,11 @@ def choose_run(facts: SetupFacts, launches: list[Launch], files: set[str]) -> tu
     """The best-scored documented command, if any scores as training."""
     if not launches:
         return None, None
-    ranked = sorted(enumerate(launches), key=lambda item: (-score(item[1], facts, files), item[0]))
-    best = ranked[0][1]
-    points = score(best, facts, files)
-    if points < 1:
+    ranked = [launch for _, launch in sorted(enumerate(launches), key=lambda it: (-score(it[1], facts, files), it[0]))]
+    # a runnable one first: a line with a variable nothing sets can only be written as a comment
+    runnable = [launch for launch in ranked if not any("$" in word for word in launch.words)]
+    best = next((launch for launch in runnable if score(launch, facts, files) >= 1), ranked[0])
+    if score(best, facts, files) < 1:
         return None, None
     where = ", then ".join([*best.via, f"{best.file}:{best.line}"])
     sure = "documented" if (best.via or [best.file])[0].lower().startswith("readme") else "likely"

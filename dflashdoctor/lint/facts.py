@@ -118,6 +118,8 @@ class CompileSites:
 
     functions: dict[str, int] = field(default_factory=dict)
     models: list[int] = field(default_factory=list)
+    decorators: set[str] = field(default_factory=set)  # functions that compile the function they are given
+    decorated: list[tuple[int, str, str]] = field(default_factory=list)  # (line, function, decorator's name)
 
 
 @dataclass
@@ -133,6 +135,7 @@ class FileFacts:
     compile_sites: CompileSites = field(default_factory=CompileSites)
     called_in_methods: set[str] = field(default_factory=set)  # plain names a class's methods call
     raw_assignments: list[tuple[int, str]] = field(default_factory=list)  # (line, `a.B.attr`) = flex_attention
+    registered_attention: set[str] = field(default_factory=set)  # functions registered as an attention kernel
     forwarded_wrappers: list[tuple[int, str]] = field(default_factory=list)  # (compile line, `Class.attr`)
     functions: dict[str, tuple[int, int, frozenset[str]]] = field(default_factory=dict)  # top-level def ->
     # (its line, how many positional parameters, the names its body reads)
@@ -233,6 +236,25 @@ class _Collector(ast.NodeVisitor):
     # scopes --------------------------------------------------------------------------------
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         kinds = [self._decorator_kind(d) for d in node.decorator_list]
+        sites = self.facts.compile_sites
+        for decorator in node.decorator_list:  # a project's own compile decorator, judged with the project
+            name = dotted_name(decorator.func if isinstance(decorator, ast.Call) else decorator)
+            if name and not any(kinds[node.decorator_list.index(decorator)]):
+                sites.decorated.append((node.lineno, node.name, name.rsplit(".", 1)[-1]))
+        parameters = {a.arg for a in (*node.args.posonlyargs, *node.args.args)}
+        if (
+            not self.classes
+            and parameters
+            and any(
+                isinstance(n, ast.Call)
+                and self._is_compile(n.func)
+                and n.args
+                and isinstance(n.args[0], ast.Name)
+                and n.args[0].id in parameters
+                for n in ast.walk(node)
+            )
+        ):
+            sites.decorators.add(node.name)  # `def maybe_compile(func): return torch.compile(func)`
         if not self.functions and not self.classes:
             self.top_functions[node.name] = node
         called_as = f"{self.classes[-1]}.{node.name}" if self.classes and not self.functions else node.name
@@ -356,6 +378,14 @@ class _Collector(ast.NodeVisitor):
             return None
         return self.aliases.get(self._scope(), {}).get(func.id)
 
+    def _registered(self, node: ast.Call) -> None:
+        """`ALL_ATTENTION_FUNCTIONS.register("name", fn)` / `AttentionInterface.register(...)`: fn runs
+        inside the forward of the models that pick it, as their own code would."""
+        dotted = dotted_name(node.func) or ""
+        registers = dotted.endswith(".register") and "attention" in dotted.lower() and len(node.args) >= 2
+        if registers and isinstance(node.args[1], ast.Name):
+            self.facts.registered_attention.add(node.args[1].id)
+
     def _model_compile(self, node: ast.Call) -> None:
         """`block.compile()`, `aot_compile(...)`, `torch.export.export(model, ...)`: a model compiled
         whole, whose forward reaches the calls inside it."""
@@ -374,6 +404,7 @@ class _Collector(ast.NodeVisitor):
             if self.classes and self.functions and isinstance(node.func, ast.Name):
                 self.facts.called_in_methods.add(node.func.id)
         self._model_compile(node)
+        self._registered(node)
         if node.args and self._compiler(node.func) == (True, False) and not self._is_compile(node.func):
             self._static(node.lineno, self.call_targets.get(id(node), []), self._wraps_flex(node.args[0]))
         if self._is_compile(node.func) and node.args:

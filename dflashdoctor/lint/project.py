@@ -42,11 +42,16 @@ class Project:
     models: list[str] = field(default_factory=list)  # "file:line" of each model compiled whole
     wrappers: dict[str, str] = field(default_factory=dict)  # "Class.attr" or name -> "file:line"
     defined: set[str] = field(default_factory=set)  # wrappers bound at module or class level
+    decorators: set[str] = field(default_factory=set)  # the project's own compile decorators
+    decorated: list[tuple[str, str, str]] = field(default_factory=list)  # (function, decorator, "file:line")
 
     def add(self, facts: FileFacts) -> None:
-        for name, line in facts.compile_sites.functions.items():
+        sites = facts.compile_sites
+        for name, line in sites.functions.items():
             self.functions.setdefault(name, f"{facts.path}:{line}")
-        self.models += [f"{facts.path}:{line}" for line in facts.compile_sites.models]
+        self.models += [f"{facts.path}:{line}" for line in sites.models]
+        self.decorators |= sites.decorators
+        self.decorated += [(name, decorator, f"{facts.path}:{line}") for line, name, decorator in sites.decorated]
         for call in facts.compiles:
             if call.compiles_flex:
                 for text in call.bound_to:
@@ -55,6 +60,21 @@ class Project:
                     elif text not in self.defined:
                         self.wrappers[text] = f"{facts.path}:{call.line}"
                         self.defined.add(text)
+
+    def compiled_function(self, name: str) -> str | None:
+        """Where a function of this name is compiled: handed to torch.compile, or decorated with one
+        of the project's own compile decorators (`@conditional_torch_compile`)."""
+        if name in self.functions:
+            return f"torch.compile({name}) at {self.functions[name]}"
+        found = next(((d, s) for f, d, s in self.decorated if f == name and d in self.decorators), None)
+        return f"@{found[0]} at {found[1]}" if found else None
+
+    def model_compiled(self) -> str | None:
+        """Where a model is compiled whole: torch.compile(model), block.compile(), or a forward
+        decorated with the project's compile decorator."""
+        if self.models:
+            return self.models[0]
+        return next((s for f, d, s in self.decorated if f == "forward" and d in self.decorators), None)
 
     @classmethod
     def of(cls, *files: FileFacts) -> Project:

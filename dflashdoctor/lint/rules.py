@@ -50,13 +50,15 @@ def call_kind(call: RawCall, facts: FileFacts, project: Project) -> CallKind:
         return CallKind("compiled", "a function around it is decorated with @torch.compile")
     if call.compiled_by is not None:
         return CallKind("compiled", f"the name is rebound to a compiled wrapper: {call.compiled_by}")
-    compiled = [n for n in call.enclosing if n in project.functions]
+    compiled = next((c for n in call.enclosing if (c := project.compiled_function(n))), None)
     if compiled and not call.disabled_around:
-        named = f"torch.compile({compiled[0]}) at {project.functions[compiled[0]]}"
-        return CallKind("compiled", f"its function is compiled: {named}")
-    in_model = call.cls is not None or any(n in facts.called_in_methods for n in call.enclosing)
-    if in_model and project.models and not call.disabled_around:
-        return CallKind("compiled", f"it runs inside a model compiled whole at {project.models[0]}")
+        return CallKind("compiled", f"its function is compiled: {compiled}")
+    in_model = call.cls is not None or any(
+        n in facts.called_in_methods or n in facts.registered_attention for n in call.enclosing
+    )
+    model = project.model_compiled()
+    if in_model and model and not call.disabled_around:
+        return CallKind("compiled", f"it runs inside a model compiled whole at {model}")
     if (where := aside(facts.relative or facts.path)) is not None:
         return CallKind("deliberate-raw", f"in {where}")
     if call.disabled_around:

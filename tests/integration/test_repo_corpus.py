@@ -12,42 +12,47 @@ import functools
 import json
 import shutil
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_main_here
-from tests.realworld.repo_truth import CORPUS, Score, cases, lint_findings, score, truth
+from tests.realworld.repo_truth import CORPUS, HELD_OUT, Score, cases, lint_findings, score, truth
 
 NAMES = cases()
+# Both sets: the held-out copies (blt, bd3lms, speculators) were scored once when init and lint were
+# done (run 2/3, lint 10 of 11: benchmarks/README.md), then their misses were fixed; they stay as tests.
+EVERY = [(CORPUS, name) for name in NAMES] + [(HELD_OUT, name) for name in cases(HELD_OUT)]
+IDS = [f"{folder.name}/{name}" for folder, name in EVERY]
 
 
 @functools.cache
-def _scored(name: str) -> Score:
-    return score(name)
+def _scored(folder: Path, name: str) -> Score:
+    return score(name, folder)
 
 
 def test_the_corpus_holds_the_six_repositories():
     assert NAMES == ["attention_gym", "dpo_prefix_sharing", "modded_nanogpt", "specforge", "torchtitan", "torchtune"]
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_init_is_right_on_every_field(name):
-    scored = _scored(name)
+@pytest.mark.parametrize(("folder", "name"), EVERY, ids=IDS)
+def test_init_is_right_on_every_field(folder, name):
+    scored = _scored(folder, name)
     assert all(scored.fields.values()), (scored.fields, scored.said)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_lint_has_no_false_positive_and_misses_no_risk(name):
-    scored = _scored(name)
+@pytest.mark.parametrize(("folder", "name"), EVERY, ids=IDS)
+def test_lint_has_no_false_positive_and_misses_no_risk(folder, name):
+    scored = _scored(folder, name)
     assert "false positive" not in scored.calls and "missed risk" not in scored.calls, scored.wrong_calls
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_no_error_finding_outside_a_risk_the_truth_names(name):
-    expected = truth(name)
+@pytest.mark.parametrize(("folder", "name"), EVERY, ids=IDS)
+def test_no_error_finding_outside_a_risk_the_truth_names(folder, name):
+    expected = truth(name, folder)
     risks = {(c["file"], c["line"]) for c in expected.get("flex_calls", []) if c["kind"] == "risk"}
     risks |= {(c["file"], c["line"]) for c in expected.get("lint_other", []) if c["kind"] == "risk"}
-    errors = {(file, line) for _code, file, line, severity in lint_findings(CORPUS / name) if severity == "error"}
+    errors = {(file, line) for _code, file, line, severity in lint_findings(folder / name) if severity == "error"}
     assert errors <= risks, errors - risks
 
 

@@ -314,6 +314,20 @@ _CALL = "def attend(q):\n    return flex_attention(q, q, q)\n"
             },
             "compiled",
         ),
+        # a project's own compile decorator on the model's forward; the function registered as its attention
+        (
+            {
+                "utils.py": "import torch\ndef maybe_compile(func=None, **kw):\n    if torch.cuda.is_available():\n"
+                "        return torch.compile(func, **kw)\n    return func\n",
+                "attn.py": _FLEX
+                + "from transformers import AttentionInterface\n"
+                + _CALL
+                + "AttentionInterface.register('mine', attend)\n",
+                "model.py": "from utils import maybe_compile\nclass Draft:\n    @maybe_compile\n"
+                "    def forward(self, x):\n        return x\n",
+            },
+            "compiled",
+        ),
         # on purpose: a test, a benchmark, an eager reference, a compile switch's eager side, beside the wrapper
         ({"tests/test_attn.py": _FLEX + _CALL}, "deliberate-raw"),
         ({"benchmarks/attn.py": _FLEX + _CALL}, "deliberate-raw"),
@@ -332,6 +346,15 @@ _CALL = "def attend(q):\n    return flex_attention(q, q, q)\n"
                 "    return fast(q, q, q), flex_attention(q, q, q)\n"
             },
             "deliberate-raw",
+        ),
+        # a risk: raw for short batches through a local alias (SpecForge's EAGLE3 attention)
+        (
+            {
+                "m.py": _FLEX + "class A:\n    def forward(self, q, fast):\n        if q.shape[2] <= 128:\n"
+                "            attend = flex_attention\n        else:\n            attend = fast\n"
+                "        return attend(q, q, q)\n"
+            },
+            "risk",
         ),
         # a risk: nothing compiles it (a model compile elsewhere does not reach a plain function no module calls)
         ({"m.py": _FLEX + _CALL, "train.py": "import torch\nmodel = torch.compile(model)\n"}, "risk"),
