@@ -49,9 +49,13 @@ def _split(line: str) -> list[str] | None:
         return None
 
 
+_VALUE_CHARS = 4096  # a longer value is not a path or a number: the variable is left unset
+
+
 def _filled(text: str, variables: dict[str, str]) -> str:
     """`$NAME`, `${NAME}`, `${NAME:-default}` replaced by what the script set, else the default;
-    one that is neither stays as written (the command is then not runnable as is, and says so)."""
+    one that is neither stays as written (the command is then not runnable as is, and says so).
+    What comes out is capped: `A=$B$B` forty deep in a hostile script would double forty times."""
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(3)
@@ -61,7 +65,8 @@ def _filled(text: str, variables: dict[str, str]) -> str:
             return match.group(2).strip("\"'")
         return match.group(0)
 
-    return _VARIABLE.sub(value, text)
+    filled = _VARIABLE.sub(value, text)
+    return filled if len(filled) <= _VALUE_CHARS else text
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:

@@ -19,7 +19,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from dflashdoctor.errors import BadInput
@@ -81,37 +81,68 @@ class LintSettings:
 def matches(glob: str, relative: str) -> bool:
     """A gitignore-style glob against a path relative to the project: `name` anywhere (a file or a
     folder on the way), `dir/` a folder, `/top` or `a/b` anchored at the project, `**` any depth."""
-    path = PurePosixPath(relative.replace("\\", "/"))
+    if len(glob) > _GLOB_CHARS:
+        return False
+    text = relative.replace("\\", "/")
     folder_only = glob.endswith("/")
-    pattern = glob.strip("/") if glob.startswith("/") or "/" in glob.rstrip("/") else glob.rstrip("/")
-    anchored = "/" in glob.rstrip("/")
-    parts = path.parts
-    candidates = [PurePosixPath(*parts[: i + 1]) for i in range(len(parts) - (1 if folder_only else 0))]
-    for candidate in candidates:
-        text = str(candidate)
-        if anchored and _glob_match(pattern, text):
-            return True
-        if not anchored and fnmatch.fnmatchcase(candidate.name, pattern):
-            return True
-    return False
+    bare = glob.strip("/")
+    if "/" not in glob.rstrip("/"):  # a name: any component (a folder's only, for `dir/`)
+        names = text.split("/")[:-1] if folder_only else text.split("/")
+        pattern = re.sub(r"\*+", "*", bare)
+        return any(fnmatch.fnmatchcase(name, pattern) for name in names)
+    # anchored: the path itself, or a folder on its way (a position where a `/` follows)
+    return any(
+        (k < len(text) and text[k] == "/") or (k == len(text) and not folder_only) for k in _glob_reach(bare, text)
+    )
 
 
-def _glob_match(pattern: str, text: str) -> bool:
-    """fnmatch where `*` stops at `/` and `**` crosses folders."""
-    regex = ""
+_GLOB_CHARS = 512  # a longer glob is nobody's: matched as text, never built into a regex
+
+
+def _tokens(pattern: str) -> list[str]:
+    tokens: list[str] = []
     i = 0
     while i < len(pattern):
-        if pattern.startswith("**/", i):
-            regex, i = regex + "(?:.*/)?", i + 3
-        elif pattern.startswith("**", i):
-            regex, i = regex + ".*", i + 2
-        elif pattern[i] == "*":
-            regex, i = regex + "[^/]*", i + 1
-        elif pattern[i] == "?":
-            regex, i = regex + "[^/]", i + 1
+        for token in ("**/", "**", "*", "?"):
+            if pattern.startswith(token, i):
+                if not (tokens and tokens[-1] == token and token != "?"):  # a run of one is one
+                    tokens.append(token)
+                i += len(token)
+                break
         else:
-            regex, i = regex + re.escape(pattern[i]), i + 1
-    return re.fullmatch(regex, text) is not None
+            tokens.append(pattern[i])
+            i += 1
+    return tokens
+
+
+def _glob_reach(pattern: str, text: str) -> set[int]:
+    """Where in `text` a glob can end (`*` stops at `/`, `**` crosses folders, `**/` is any number of
+    whole folders): a set of positions carried one token at a time, linear in the text for each
+    token. A regex of the glob backtracks: `*a*a*a...b` in a .gitignore hung it."""
+    reached = {0}
+    for token in _tokens(pattern):
+        if not reached:
+            return reached
+        start = min(reached)
+        if token == "**":
+            reached = set(range(start, len(text) + 1))
+        elif token == "**/":
+            reached = reached | {k for k in range(start + 1, len(text) + 1) if text[k - 1] == "/"}
+        elif token == "*":
+            extended: set[int] = set()
+            for j in sorted(reached):
+                k = j
+                while k not in extended:
+                    extended.add(k)
+                    if k >= len(text) or text[k] == "/":
+                        break
+                    k += 1
+            reached = extended
+        elif token == "?":
+            reached = {j + 1 for j in reached if j < len(text) and text[j] != "/"}
+        else:
+            reached = {j + 1 for j in reached if j < len(text) and text[j] == token}
+    return reached
 
 
 def find_config(start: Path) -> Path | None:

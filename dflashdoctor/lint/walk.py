@@ -24,6 +24,7 @@ from dflashdoctor.safe_fs import trusted_uids
 
 _VENV_MARKERS = ("pyvenv.cfg", "conda-meta")
 _IGNORE_BYTES = MIB
+_IGNORE_RULES = 2000  # each is tried on every path below its folder: a .gitignore past this is data
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def _ignore_rules(folder: str, relative: str) -> list[Rule]:
         glob = line[1:] if negated else line.removeprefix("\\")
         if glob:
             rules.append(Rule(relative, glob, negated))
-    return rules
+    return rules[:_IGNORE_RULES]
 
 
 def _ignored(rules: list[Rule], relative: str, is_folder: bool) -> bool:

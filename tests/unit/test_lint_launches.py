@@ -105,3 +105,14 @@ def test_prose_non_shell_blocks_and_installs_are_not_commands():
 )
 def test_globs_read_as_gitignore_reads_them(glob, path, matched):
     assert matches(glob, path) is matched
+
+
+@pytest.mark.timeout(60)  # a hang guard: each ran for hours (or out of memory) before
+def test_hostile_scripts_and_globs_end():
+    """What another user can put in a repository root scans: a variable that doubles sixty times, a
+    .gitignore glob whose regex backtracks (`*a*a*a...b`), a thousand `**/`."""
+    bomb = "A0=xx\n" + "".join(f"A{i}=$A{i - 1}$A{i - 1}\n" for i in range(1, 60)) + "python train.py --x $A59\n"
+    (launch,) = launches({"run.sh": bomb}, {})
+    assert len(launch.command()) < 10_000 and launch.entry == "train.py"
+    assert not matches("a/" + "*a" * 200 + "b", "a/" + "a" * 300)
+    assert matches("a/" + "**/" * 150 + "c", "a/x/y/c") and not matches("**/" * 1000 + "c", "c")
