@@ -10,6 +10,7 @@ judged against all of it."""
 
 from __future__ import annotations
 
+import os
 import stat
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.lint import sources
 from dflashdoctor.lint.facts import FileFacts, file_facts, thread_facts
 from dflashdoctor.lint.noqa import directives, silenced
-from dflashdoctor.lint.project import Project, compiles_something, project_root
+from dflashdoctor.lint.project import Project, compiles_something, marked_root, project_root
 from dflashdoctor.lint.rules import judge_file
 from dflashdoctor.lint.settings import LintSettings, load
 from dflashdoctor.lint.walk import lint_files
@@ -101,19 +102,34 @@ def _read_file(read: _Read, path: str, relative: str) -> None:
         read.judged.append((facts, noqa))
 
 
+def _context_files(paths: list[Path], settings: LintSettings) -> list[str]:
+    """The rest of the project of each file named alone: its marked project's files; a file in no
+    project (`lint /tmp/x.py`) has only the files beside it, never a walk of all of /tmp."""
+    found: list[str] = []
+    for path in paths:
+        if path.is_dir():
+            continue
+        root = marked_root(path)
+        if root is not None:
+            found += [name for name, _relative in lint_files([root], settings, root)]
+        else:
+            folder = path.resolve().parent
+            found += sorted(str(f) for f in folder.glob("*.py") if f.is_file() and not f.is_symlink())
+    return list(dict.fromkeys(found))
+
+
 def _context(read: _Read, paths: list[Path], settings: LintSettings, seen: set[str]) -> None:
     """For files named alone (a pre-commit hook's): what the rest of their project compiles."""
-    roots = {project_root(path) for path in paths if not path.is_dir()}
-    for root in sorted(roots):
-        for path, _relative in lint_files([root], settings, root):
-            if path in seen:
-                continue
-            try:
-                data = sources.read_source(path)
-                if compiles_something(data):
-                    read.project.add(file_facts(path, data, follow=False))
-            except (OSError, SyntaxError, ValueError, RecursionError):
-                continue
+    judged = {os.path.realpath(path) for path in seen}
+    for path in _context_files(paths, settings):
+        if os.path.realpath(path) in judged:
+            continue
+        try:
+            data = sources.read_source(path)
+            if compiles_something(data):
+                read.project.add(file_facts(path, data, follow=False))
+        except (OSError, SyntaxError, ValueError, RecursionError):
+            continue
 
 
 def _base(options: LintOptions, settings: LintSettings) -> Path:

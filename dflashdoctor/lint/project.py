@@ -84,11 +84,16 @@ class Project:
         return project
 
 
-def project_root(path: Path) -> Path:
-    """The folder whose files a file given alone is judged with: the nearest above it that marks a
-    project, else its own folder."""
+def marked_root(path: Path) -> Path | None:
+    """The nearest folder above `path` that marks a project (pyproject.toml, setup.py, setup.cfg,
+    .git), if any within a few levels."""
     folder = path.resolve().parent
     for candidate in [folder, *folder.parents][:_PROJECT_DEPTH]:
         if any(os.path.lexists(candidate / marker) for marker in _PROJECT_MARKERS):
             return candidate
-    return folder
+    return None
+
+
+def project_root(path: Path) -> Path:
+    """The folder paths below it are named from: the project's, else the file's own."""
+    return marked_root(path) or path.resolve().parent
