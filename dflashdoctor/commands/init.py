@@ -81,10 +81,16 @@ def _entry_file(launch: Launch | None, trainer: Place | None) -> str | None:
 
 
 def _wrapper_entries(facts: SetupFacts, entry_file: str | None) -> list[Entry]:
-    wrapper, choice = choose_target(facts, entry_file.removeprefix("./") if entry_file else None)
-    if wrapper is None or choice is None:
-        return [Entry(None, note="target: no compiled flex_attention wrapper outside tests; the reference's is judged")]
-    said = f"{facts.wrapper_how.get(wrapper.what, _at(wrapper))}, {choice.why}"
+    wrapper, how = choose_target(facts, entry_file.removeprefix("./") if entry_file else None)
+    if wrapper is None:
+        return [
+            Entry(
+                None,
+                note="target: no compiled flex_attention wrapper in the team's code (tests, benchmarks, examples "
+                "and old records are not used); the reference's is judged",
+            )
+        ]
+    said = f"{facts.wrapper_how.get(wrapper.what, _at(wrapper))}, {how}"
     expect = (
         f"expect_wrapper = {wrapper.what}: with script = a file running one of your steps, "
         "trace-attention then checks that every flex_attention call goes through it"
@@ -114,7 +120,7 @@ def _launch_entries(launch: Launch, choice_why: str, sure: str) -> list[Entry]:
                 "repository sets it), then uncomment",
             ),
         ]
-    ranks = [int(w.rsplit("=", 1)[-1]) for i, w in enumerate(launch.words) if _NPROC.match(w) and "=" in w]
+    ranks = [int(w.rsplit("=", 1)[-1]) for w in launch.words if _NPROC.match(w) and "=" in w]
     ranks += [int(n) for w, n in zip(launch.words, launch.words[1:], strict=False) if _NPROC.match(w) and n.isdigit()]
     scale = f"; {ranks[0]} processes as documented: lower it to this node's GPUs" if ranks and ranks[0] > 2 else ""
     return [

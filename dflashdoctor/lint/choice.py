@@ -9,9 +9,10 @@ CI), whether its program and its config file exist in the repository. An entry p
 launches (`if __name__ == "__main__":` that steps an optimizer) is the last resort, with its
 required arguments left for the user to fill.
 
-A wrapper is scored on whether the training program reaches it: its file is the program, or the
-program's source names the wrapper's module; never a test's, and a benchmark's or an example's only
-when nothing else compiles flex_attention."""
+A wrapper is ranked by where it is made (defined at module or class level before a function's
+re-compile of it, both before one made per instance) and whether the training program reaches it
+(its file is the program, or the program's source imports the wrapper's module); a test's, a
+benchmark's, an example's or an old record's is never the target."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ _CONFIG_ARG = re.compile(r"config|\.ya?ml$|\.toml$|\.json$", re.IGNORECASE)
 class Choice:
     """A chosen value with its evidence ("file:line", ...) and how sure init is."""
 
-    sure: str  # "documented", "likely", "guessed"
+    sure: str  # "documented" (the README's), "likely" (a script's)
     why: str
 
 
@@ -153,25 +154,25 @@ def _reaches(entry_source: bytes, wrapper_file: str) -> bool:
     return any(re.search(rb"\b(?:from|import)\s+" + re.escape(n.encode()) + rb"\b", entry_source) for n in names)
 
 
-def choose_target(facts: SetupFacts, entry_file: str | None) -> tuple[Place | None, Choice | None]:
+def choose_target(facts: SetupFacts, entry_file: str | None) -> tuple[Place | None, str]:
     """The compiled wrapper the training program calls, ranked: defined at module or class level
     (not a function's re-compile of it, not made per instance), in the program itself, imported by
     it, shallowest; a test's, a benchmark's, an example's or an old record's never (they are listed
     as comments)."""
     candidates = [w for w in facts.wrappers if place_penalty(w.file) == 0]
     if not candidates:
-        return None, None
+        return None, ""
     entry_source = facts.sources.get(entry_file or "", b"")
 
-    def rank(wrapper: Place) -> tuple[int, int, int, int, str]:
+    def rank(wrapper: Place) -> tuple[int, int, int, str]:
         reached = 0 if wrapper.file == entry_file else 1 if entry_source and _reaches(entry_source, wrapper.file) else 2
         # where the wrapper is defined (module or class level) before a function's re-compile of it,
         # and both before one made per instance
         made = (wrapper.what in facts.recompiled) + 2 * (wrapper.what in facts.instance_wrappers)
-        return (made, reached, wrapper.file.count("/"), 0, wrapper.what)
+        return (made, reached, wrapper.file.count("/"), wrapper.what)
 
     best = min(candidates, key=rank)
     reached = rank(best)[1]
-    how = {0: "in the training program itself", 1: "imported by the training program", 2: "in the package"}[reached]
-    sure = "documented" if reached < 2 else "likely"
-    return best, Choice(sure, how)
+    return best, {0: "in the training program itself", 1: "imported by the training program", 2: "in the package"}[
+        reached
+    ]
