@@ -29,6 +29,7 @@ from dflashdoctor.cli_options import (
     writable,
 )
 from dflashdoctor.commands.cache import CacheOptions
+from dflashdoctor.commands.explain import ExplainOptions, explain, log_paths
 from dflashdoctor.commands.gate import GateOptions, gate
 from dflashdoctor.commands.init import InitOptions, init
 from dflashdoctor.commands.lint import LintOptions, lint
@@ -344,6 +345,31 @@ def lint_command(
             sarif=sarif,
             text=lambda report: lint_output.render(report, output_format),
         )
+    raise typer.Exit(code)
+
+
+@app.command("explain")
+def explain_command(
+    logs: Annotated[
+        list[Path] | None,
+        typer.Argument(parser=path_given, help="The run's log files; - (or none) for stdin."),
+    ] = None,
+    sarif: Annotated[
+        Path | None,
+        typer.Option(
+            callback=writable(folder=False), parser=path_given, help="Also write the SARIF 2.1.0 here; - for stdout."
+        ),
+    ] = None,
+    json_output: JsonOpt = False,
+    report_dir: ReportDirOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """A crashed run's log diagnosed from its text: the failure class (flex dense, autotuner race,
+    cache, recompile limit, kernel too large, graph break, FLA, transformers' flex path, or another
+    cause), the user's frame, the ranks that failed, the command that confirms it and the fix."""
+    code = _reported(
+        lambda: explain(ExplainOptions(logs=log_paths(logs)), _argv()), report_dir, json_output, verbose, sarif=sarif
+    )
     raise typer.Exit(code)
 
 

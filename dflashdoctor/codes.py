@@ -112,6 +112,18 @@ CODES: dict[str, tuple[Severity, str]] = {
         "a node's part cannot be believed: another user's or reached through a link, or numbers no run has",
     ),
     "hang": ("error", "no progress within the hang timeout; evidence holds every thread's stack"),
+    "log-flex-dense": ("error", "explain: the log shows flex_attention on its unfused dense path"),
+    "log-autotuner-race": ("error", "explain: the log shows threads sharing one Triton/FLA autotuner"),
+    "log-triton-cache": ("error", "explain: the log shows a corrupted or foreign Triton/Inductor cache entry loaded"),
+    "log-recompile-limit": ("error", "explain: the log shows dynamo's recompile limit hit"),
+    "log-out-of-resources": (
+        "error",
+        "explain: the log shows a Triton kernel needing more shared memory than the GPU has",
+    ),
+    "log-graph-break": ("error", "explain: the log shows a graph break or a fullgraph=True failure"),
+    "log-fla-kernel": ("error", "explain: the log shows an FLA kernel failing to build or run"),
+    "log-hf-flex-path": ("error", "explain: the log shows transformers' own flex_attention path failing"),
+    "log-other-failure": ("error", "explain: the log shows a failure of another cause, said in words"),
     "lint-raw-flex-call": ("error", "lint: flex_attention called outside any compiled region (its dense kernel)"),
     "lint-raw-flex-call-on-purpose": (
         "info",

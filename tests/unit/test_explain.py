@@ -1,0 +1,87 @@
+"""`explain` on real crash logs from public issue threads (tests/realworld/logs, each headed with its
+source URL; truth.toml holds the cause each thread established): the failure class, the user's
+innermost frame, the first library on the failing path and the command that confirms it. Then the
+reader on what a log can be: ranks interleaved, ANSI colours, a traceback in a repr, cut tracebacks."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from dflashdoctor.commands.explain import ExplainOptions, explain
+from dflashdoctor.explain.call_path import call_path
+from dflashdoctor.explain.classes import NEEDLES, OTHER, SIGNALS, failing_traceback, failure_class
+from dflashdoctor.explain.reader import Reader
+from tests.paths import ROOT
+
+LOGS = ROOT / "tests" / "realworld" / "logs"
+TRUTH = tomllib.loads((LOGS / "truth.toml").read_text())["logs"]
+# Two excerpts whose thread established a cause their text does not show: the SpecForge log stops
+# in the user's frames before any error line, the FLA one holds 11 lines of frames and no error.
+# explain says "another cause" for both; they are kept to say so.
+UNSHOWN = {"03_specforge_dflash_blockmask_oom.log": "other", "05_fla_gsa_multigpu_nargs.log": "other"}
+# code -> a corpus log that shows it (tests/unit/test_codes.py)
+CASES = {
+    "log-flex-dense": "01_olmo_flex_eager_oom.log",
+    "log-autotuner-race": "04_mamba_dataparallel_replica_nargs.log",
+    "log-triton-cache": "08_inductor_cached_autotune_jsondecode_ddp.log",
+    "log-recompile-limit": "12_tacotron2_recompile_cache_limit.log",
+    "log-out-of-resources": "14_flex_dim256_backendcompilerfailed_oor.log",
+    "log-graph-break": "21_based_flash_attn_graph_break.log",
+    "log-fla-kernel": "22_fla_gated_deltanet_triton23_dominance.log",
+    "log-hf-flex-path": "26_transformers_ctrl_flex_blockmask_ndim.log",
+    "log-other-failure": "33_word_lm_cuda_oom_batch_size.log",
+}
+
+
+def _read(*texts: bytes):
+    return Reader(SIGNALS, NEEDLES).feed(line for text in texts for line in text.split(b"\n"))
+
+
+def _class(reading) -> str:
+    found = failure_class(reading)
+    return "none" if found is None else "other" if found is OTHER else found.code.removeprefix("log-")
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_each_real_log_gets_the_class_and_the_user_frame_its_thread_established(name):
+    truth = TRUTH[name]
+    reading = Reader(SIGNALS, NEEDLES).feed((LOGS / name).read_bytes().split(b"\n"))
+    assert _class(reading) == UNSHOWN.get(name, truth["class"])
+    path = call_path(failing_traceback(reading))
+    if truth["user_frame"]:
+        assert path.user_frame is not None and path.user_frame.label().endswith(truth["user_frame"].rsplit("/", 1)[-1])
+    else:
+        assert path.user_frame is None or "site-packages" not in path.user_frame.path
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_each_code_says_the_command_that_confirms_it(code):
+    report = explain(ExplainOptions(logs=[str(LOGS / CASES[code])]), ["explain"])
+    (found,) = report.results[0].findings
+    assert found.code == code and found.severity == "error" and found.fix
+    confirm = TRUTH[CASES[code]]["confirm"].split()[0] if TRUTH[CASES[code]]["confirm"] else ""
+    assert (f"`dflashdoctor {confirm}" in found.fix) if confirm else "Confirm on your pipeline" not in found.fix
+    assert report.exit_code() == 1
+
+
+def test_ranks_ansi_and_a_repr_traceback_are_read_as_lines():
+    log = (
+        b"[rank1]: Traceback (most recent call last):\n"
+        b'[rank1]:   File "/work/train.py", line 9, in step\n'
+        b"\x1b[31m[rank1]: triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 9, "
+        b"Hardware limit: 8\x1b[0m\n"
+        b"[rank0]: {'message': 'Traceback (most recent call last):\\n  File \"/work/train.py\", line 4, in main\\n"
+        b"RuntimeError: boom'}\n"
+    )
+    reading = _read(log)
+    assert _class(reading) == "out-of-resources" and reading.failed_ranks == [1, 0]
+    assert call_path(failing_traceback(reading)).user_frame.label() == "/work/train.py:9 in step"
+
+
+def test_a_log_without_a_failure_passes(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"[rank0]: step {i} loss 2.{i:03d} lr 3e-4\n" for i in range(500)))
+    report = explain(ExplainOptions(logs=[str(log)]), ["explain"])
+    assert report.exit_code() == 0 and not report.results[0].findings
