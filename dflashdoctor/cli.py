@@ -21,6 +21,7 @@ from dflashdoctor.cli_options import (
     JsonOpt,
     PythonOpt,
     ReportDirOpt,
+    SarifOpt,
     SshOpt,
     VerboseOpt,
     path_given,
@@ -220,12 +221,7 @@ def gate_command(
             callback=writable(folder=False), parser=path_given, help="Also write the JUnit XML here; - for stdout."
         ),
     ] = None,
-    sarif: Annotated[
-        Path | None,
-        typer.Option(
-            callback=writable(folder=False), parser=path_given, help="Also write the SARIF 2.1.0 here; - for stdout."
-        ),
-    ] = None,
+    sarif: SarifOpt = None,
     python: PythonOpt = None,
     ssh: Annotated[
         list[str] | None,
@@ -314,12 +310,7 @@ def lint_command(
         Path | None,
         typer.Option(parser=path_given, help="The pyproject.toml whose [tool.dflashdoctor.lint] is used."),
     ] = None,
-    sarif: Annotated[
-        Path | None,
-        typer.Option(
-            callback=writable(folder=False), parser=path_given, help="Also write the SARIF 2.1.0 here; - for stdout."
-        ),
-    ] = None,
+    sarif: SarifOpt = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,  # none is written unless asked for
 ) -> None:
@@ -354,12 +345,7 @@ def explain_command(
         list[Path] | None,
         typer.Argument(parser=path_given, help="The run's log files; - (or none) for stdin."),
     ] = None,
-    sarif: Annotated[
-        Path | None,
-        typer.Option(
-            callback=writable(folder=False), parser=path_given, help="Also write the SARIF 2.1.0 here; - for stdout."
-        ),
-    ] = None,
+    sarif: SarifOpt = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,

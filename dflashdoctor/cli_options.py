@@ -58,6 +58,12 @@ def seconds(zero_means: str | None = None) -> Callable[[float], float]:
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout, nothing else.")]
+SarifOpt = Annotated[
+    Path | None,
+    typer.Option(
+        callback=writable(folder=False), parser=path_given, help="Also write the SARIF 2.1.0 here; - for stdout."
+    ),
+]
 ReportDirOpt = Annotated[
     Path | None,
     typer.Option(
