@@ -25,17 +25,13 @@ from dflashdoctor.lint.noqa import directives, silenced
 from dflashdoctor.lint.project import Project, compiles_something, marked_root, project_root
 from dflashdoctor.lint.rules import judge_file
 from dflashdoctor.lint.settings import LintSettings, load
+from dflashdoctor.lint.threads import may_thread_a_step
 from dflashdoctor.lint.walk import lint_files
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.report import Check, Finding, ProbeResult, Report
 from dflashdoctor.session import finish, new_report
 
 _NEEDLE = b"flex_attention"
-# lint-threaded-model-call needs a thread made (`Thread(`, a `ThreadPoolExecutor` or `ThreadPool`) and
-# a word of a step: `.backward()`, an optimizer's `.step()`, a `...model`/`...Model` call, a triton
-# launch, a wrapper made by torch.compile. A file without both cannot fire it and is not parsed for it.
-_THREADS = (b"Thread(", b"ThreadPool")
-_STEP_WORDS = (b"backward", b"step", b"odel", b"triton", b"compile")
 
 
 @dataclass
@@ -87,7 +83,7 @@ def _read_file(read: _Read, path: str, relative: str) -> None:
         return
     read.scanned += 1
     flex = _NEEDLE in data
-    threads = not flex and any(w in data for w in _THREADS) and any(w in data for w in _STEP_WORDS)
+    threads = not flex and may_thread_a_step(data)
     if not (flex or threads or compiles_something(data)):
         return  # no rule can fire on it, and it compiles nothing: read, not parsed
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from dflashdoctor.explain.call_path import owner
 from dflashdoctor.explain.reader import Reading, Traceback
 
 
@@ -170,8 +171,6 @@ def _evidence(reading: Reading, name: str) -> bool:
 
 def _innermost_library_frame(reading: Reading, word: str) -> bool:
     """The failing traceback's innermost frame outside torch is in `word`'s code."""
-    from dflashdoctor.explain.call_path import owner  # one module of the pair imports the other
-
     failing = failing_traceback(reading)
     outside = [f for f in failing.frames if owner(f) != "torch"] if failing else []
     return bool(outside) and word in outside[-1].path.replace("\\", "/")

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from dflashdoctor.lint.facts import FileFacts, file_facts, thread_facts
+from dflashdoctor.lint.threads import may_thread_a_step
 
 
 @dataclass
@@ -50,7 +51,6 @@ _STEPS = re.compile(rb"\.(?:backward|step)\(")
 _PROCESS_GROUP = re.compile(rb"\binit_process_group\(")
 _COMPILES_FLEX = re.compile(rb"compile\(\s*[\w.]*flex|@torch\.compile")
 _DATA_PARALLEL = re.compile(rb"\bDataParallel\(")
-_STEP_WORDS = (b"backward", b".step(", b"odel", b"triton", b"compile")
 
 
 def _lines(pattern: re.Pattern[bytes], data: bytes) -> list[int]:
@@ -75,8 +75,7 @@ def _flex_words(facts: SetupFacts, relative: str, data: bytes) -> bool:
 def _torch_words(facts: SetupFacts, relative: str, data: bytes) -> None:
     """Threads that step a model, nn.DataParallel, and entry points that step an optimizer, in a
     file that imports torch; whether such an entry point starts a process group."""
-    # as lint reads them (commands/lint.py): a thread made, and a word of a step for it to run
-    threads = (b"Thread(" in data or b"ThreadPool" in data) and any(word in data for word in _STEP_WORDS)
+    threads = may_thread_a_step(data)  # as lint reads them
     parallel = b"DataParallel(" in data
     main = b"__main__" in data
     if not (threads or parallel or main) or _IMPORTS_TORCH.search(data) is None:

@@ -28,6 +28,16 @@ _LOCKS = {"Lock", "RLock", "Semaphore", "BoundedSemaphore"}
 _MODEL_VERBS = ("load", "build", "get", "create", "make", "init", "save", "download", "prepare", "set", "wrap")
 _MODEL_VERBS += ("compile", "export", "convert", "register", "is_", "has_", "to_", "from_")
 _DEPTH = 3  # functions of the file followed from the thread's target, this many calls deep
+# A file can fire only if it makes a thread (`Thread(`, a `ThreadPoolExecutor` or `ThreadPool`) and
+# holds a word of a step: `.backward()`, an optimizer's `.step()`, a `...model`/`...Model` call, a
+# triton launch, a wrapper made by torch.compile.
+_THREAD_WORDS = (b"Thread(", b"ThreadPool")
+_STEP_WORDS = (b"backward", b".step(", b"odel", b"triton", b"compile")
+
+
+def may_thread_a_step(data: bytes) -> bool:
+    """Whether a file's bytes hold what the rule needs (substring tests: the rest is not parsed)."""
+    return any(w in data for w in _THREAD_WORDS) and any(w in data for w in _STEP_WORDS)
 
 
 @dataclass
