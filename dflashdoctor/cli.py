@@ -345,6 +345,14 @@ def explain_command(
         list[Path] | None,
         typer.Argument(parser=path_given, help="The run's log files; - (or none) for stdin."),
     ] = None,
+    from_run: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-run",
+            parser=path_given,
+            help="A `run` report folder (or its report.json): the tracebacks its processes recorded.",
+        ),
+    ] = None,
     sarif: SarifOpt = None,
     json_output: JsonOpt = False,
     report_dir: ReportDirOpt = None,
@@ -353,9 +361,10 @@ def explain_command(
     """A crashed run's log diagnosed from its text: the failure class (flex dense, autotuner race,
     cache, recompile limit, kernel too large, graph break, FLA, transformers' flex path, or another
     cause), the user's frame, the ranks that failed, the command that confirms it and the fix."""
-    code = _reported(
-        lambda: explain(ExplainOptions(logs=log_paths(logs)), _argv()), report_dir, json_output, verbose, sarif=sarif
-    )
+    if from_run is not None and logs:
+        raise BadInput("explain reads either LOG files or --from-run DIR, not both")
+    options = ExplainOptions(logs=log_paths(logs), from_run=from_run)
+    code = _reported(lambda: explain(options, _argv()), report_dir, json_output, verbose, sarif=sarif)
     raise typer.Exit(code)
 
 

@@ -124,6 +124,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "log-fla-kernel": ("error", "explain: the log shows an FLA kernel failing to build or run"),
     "log-hf-flex-path": ("error", "explain: the log shows transformers' own flex_attention path failing"),
     "log-other-failure": ("error", "explain: the log shows a failure of another cause, said in words"),
+    "log-cut-traceback": ("error", "explain: the log stops inside a traceback, before the error line naming its class"),
     "lint-raw-flex-call": ("error", "lint: flex_attention called outside any compiled region (its dense kernel)"),
     "lint-raw-flex-call-on-purpose": (
         "info",

@@ -12,6 +12,7 @@ from dflashdoctor.explain.reader import Frame, Traceback
 
 # packages a frame's path names as a folder: whose code it is
 _INTERNALS = ("torch", "triton", "functorch", "torchgen")
+_TOOLS = ("dflashdoctor",)  # the doctor's own instruments, on the stack of a run it watched
 _LIBRARIES = (
     "transformers", "accelerate", "fla", "mamba_ssm", "peft", "trl", "deepspeed", "lightning",
     "pytorch_lightning", "lightning_fabric", "flash_attn", "xformers", "vllm", "sglang", "specforge",
@@ -22,7 +23,8 @@ _ENVIRONMENT = re.compile(r"site-packages|dist-packages|/lib/python3\.\d+/(?!sit
 
 
 def owner(frame: Frame) -> str:
-    """`user`, `torch` (torch, triton and their internals), or the library's package name."""
+    """`user`, `torch` (torch, triton and their internals), `tool` (dflashdoctor's instruments), or
+    the library's package name."""
     path = frame.path.replace("\\", "/")
     if path.startswith("<"):
         return "torch"
@@ -34,6 +36,8 @@ def owner(frame: Frame) -> str:
         package = installed or (i > 0 and folders[i - 1] == "src") or i < len(folders) - 1
         if package and folder in _INTERNALS:
             return "torch"
+        if package and folder in _TOOLS:
+            return "tool"
         if package and folder in _LIBRARIES:
             return folder
     return "library" if installed else "user"
@@ -53,5 +57,5 @@ def call_path(traceback: Traceback | None) -> CallPath:
     users = [i for i, (who, _) in enumerate(owners) if who == "user"]
     user_frame = owners[users[-1]][1] if users else None
     inward = owners[users[-1] + 1 :] if users else owners
-    library = next((who for who, _ in inward if who not in ("user", "torch", "library")), "")
+    library = next((who for who, _ in inward if who not in ("user", "torch", "tool", "library")), "")
     return CallPath(user_frame, library, owners)

@@ -82,6 +82,13 @@ CLASSES = {
         "another attn_implementation; trace-attention shows which layers call it.",
     ),
 }
+CUT = FailureClass(
+    "log-cut-traceback",
+    "the log stops inside a traceback, before its error line",
+    "",
+    "The error line follows the last frame: give explain the log up to its end (all ranks' files), or "
+    "keep the output of the next run (`dflashdoctor run -- CMD` records each uncaught exception whole).",
+)
 OTHER = FailureClass(
     "log-other-failure",
     "a failure outside flex_attention, dynamo, Triton and FLA",
@@ -114,7 +121,7 @@ SIGNALS = {
         r"transformers[/\\]integrations[/\\]flex_attention\.py|compile_friendly_flex_attention|WrappedFlexAttention|"
         r"'BlockMask' object|BlockMask'\)?$|and 'BlockMask'"
     ),
-    "cuda-oom": re.compile(r"CUDA out of memory|OutOfMemoryError|Tried to allocate"),
+    "oom": re.compile(r"CUDA out of memory|OutOfMemoryError|[Tt]ried to allocate|can't allocate memory"),
     "nccl": re.compile(r"NCCL|Watchdog caught collective operation timeout|ProcessGroupNCCL"),
     "nan": re.compile(r"\bnan\b|\bNaN\b|non-finite"),
     "flex-used": re.compile(r"flex_attention|backend '?flex'?|attn_implementation\W+flex|BlockMask"),
@@ -126,8 +133,8 @@ NEEDLES = (
     "flex", "sdpa_dense", "math_attention", "unfused", "nargs", "autotuner", "replica", "kernel image",
     "jsondecode", "unpickling", "cache", "cubin", "limit", "failonrecompile", "outofresources",
     "out of resource", "unsupported", "graph break", "graph_break", "fullgraph", "fla", "0 active drivers",
-    "blockmask", "out of memory", "outofmemory", "tried to allocate", "nccl", "watchdog", "nan", "non-finite",
-    "childfailed", "exitcode", "stopping training",
+    "blockmask", "out of memory", "outofmemory", "tried to allocate", "allocate memory", "nccl", "watchdog",
+    "nan", "non-finite", "childfailed", "exitcode", "stopping training",
 )  # fmt: skip
 
 # the classes, most specific first: the first with evidence is the failure's
@@ -172,7 +179,7 @@ def _evidence(reading: Reading, name: str) -> bool:
 def _innermost_library_frame(reading: Reading, word: str) -> bool:
     """The failing traceback's innermost frame outside torch is in `word`'s code."""
     failing = failing_traceback(reading)
-    outside = [f for f in failing.frames if owner(f) != "torch"] if failing else []
+    outside = [f for f in failing.frames if owner(f) not in ("torch", "tool")] if failing else []
     return bool(outside) and word in outside[-1].path.replace("\\", "/")
 
 
@@ -185,33 +192,46 @@ def _exception_matches(reading: Reading, pattern: str) -> bool:
 
 
 def failure_class(reading: Reading) -> FailureClass | None:
-    """The failure's class, `OTHER` for an exception none explains, None when the log shows no failure."""
+    """The failure's class, `OTHER` for an exception none explains, `CUT` for frames whose error line
+    the log does not hold, None when the log shows no failure."""
     for name in ORDER:
         if _evidence(reading, name):
             return CLASSES[name]
     flex = reading.signals.get("flex-used")
-    if flex and reading.signals.get("cuda-oom"):  # out of memory in a run on flex's path: its dense matrix
+    if flex and reading.signals.get("oom"):  # out of memory in a run on flex's path: its dense matrix
         return CLASSES["flex-dense"]
     if flex and _frames_in(reading, "transformers/") and _exception_matches(reading, r"flex|BlockMask|return_lse"):
         return CLASSES["hf-flex-path"]
-    failed = reading.exceptions or any(t.frames for t in reading.tracebacks)
-    if failed or any(reading.signals.get(n) for n in ("cuda-oom", "nccl", "run-failed")):
+    if not reading.exceptions and any(t.frames for t in reading.tracebacks):
+        return CUT
+    if reading.exceptions or any(reading.signals.get(n) for n in ("oom", "nccl", "run-failed")):
         return OTHER
+    return None
+
+
+_ALLOCATION = re.compile(r"[Tt]ried to allocate (?:(\d+(?:\.\d+)?) ([KMGT]i?B)|(\d+) bytes)")
+_UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+
+
+def allocation_bytes(reading: Reading) -> float | None:
+    """The size the out-of-memory error says was asked for (the CUDA and the CPU allocator's words)."""
+    for _, _, text in reading.exceptions:
+        match = _ALLOCATION.search(text)
+        if match is not None:
+            return float(match.group(3)) if match.group(3) else float(match.group(1)) * _UNITS[match.group(2)]
     return None
 
 
 def other_cause(reading: Reading) -> str:
     """What a log with another cause shows, in words."""
-    if reading.signals.get("cuda-oom"):
-        return "CUDA ran out of memory outside attention's dense path (a batch or model too large for the GPU)"
+    if reading.signals.get("oom"):
+        return "memory ran out outside attention's dense path (a batch or model too large for the device)"
     if reading.signals.get("nccl"):
         return "a collective timed out or failed in NCCL (a rank stalled, died or diverged)"
     if _exception_matches(reading, r"state_dict|Missing key|Unexpected key"):
         return "a checkpoint that does not match the model (missing or unexpected keys)"
     if _exception_matches(reading, r"\bKeyError\b"):
         return "a KeyError (a configuration, checkpoint or data key that is not there)"
-    if _exception_matches(reading, r"state_dict|Missing key|Unexpected key"):
-        return "a checkpoint that does not match the model (missing or unexpected keys)"
     if reading.signals.get("nan"):
         return "the loss or a tensor became NaN or infinite"
     return "an exception none of the compiled-attention failures explains"
@@ -224,7 +244,7 @@ def failing_traceback(reading: Reading) -> Traceback | None:
     if not with_frames:
         return None
     if reading.failed_ranks:
-        first = reading.failed_ranks[0]
+        first = reading.ranks_first_failure_first()[0]
         ranked = [t for t in with_frames if t.rank == first]
         if ranked:
             return ranked[0]

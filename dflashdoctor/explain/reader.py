@@ -17,7 +17,11 @@ from typing import BinaryIO
 LINE_BYTES = 64 * 1024  # a longer line is cut: what matters in a log line is at its start
 _CHUNK = 1 << 20
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]")
-_RANK = re.compile(r"^\s*(?:\[(?:rank|default)(\d+)\]:?|(\d{1,5}): (?=\S))\s?")
+_RANK = re.compile(r"^\s*(?:\[(rank|default)(\d+)\]:?|(\d{1,5}): (?=\S))\s?")
+_THREAD = re.compile(r"^Exception in thread (.+?)(?: \(.*\))?:$")
+_ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+# lines that say a rank failed without a traceback of its own: NCCL's watchdog, torchelastic's agent
+_RANK_FAILED = re.compile(r"\[Rank (\d+)\] (Watchdog caught .*)|(failed \(exitcode: -?\d+\)) local_rank: (\d+)")
 _QUOTE = re.compile(r"^(?:> ?)+")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)(?:, in ([^\s,]+))?')
 # dynamo names the frame it gave up on: `... for function 'forward' (/path/model.py:381)`
@@ -42,6 +46,7 @@ _CHAIN = ("The above exception was the direct cause", "During handling of the ab
 MAX_TRACEBACKS = 20  # the first and the last this many are kept
 MAX_FRAMES = 400  # of one traceback: the innermost
 MAX_SIGNAL_LINES = 5
+MAX_RANKS = 4096  # ranks whose first error is kept
 
 
 @dataclass
@@ -61,6 +66,7 @@ class Traceback:
     frames: list[Frame] = field(default_factory=list)
     exception: str = ""  # `Type: message`, as printed (cut)
     chained: bool = False  # it follows "The above exception was the direct cause of ..."
+    thread: str = ""  # the thread it ended, where Python said ("Exception in thread pair-0:")
 
 
 @dataclass
@@ -71,9 +77,19 @@ class Reading:
     tracebacks: list[Traceback] = field(default_factory=list)
     dropped_tracebacks: int = 0
     exceptions: list[tuple[int, int | None, str]] = field(default_factory=list)  # (line, rank, text), bounded
-    failed_ranks: list[int] = field(default_factory=list)
+    failed_ranks: list[int] = field(default_factory=list)  # in the order their first error was printed
+    rank_errors: dict[int, str] = field(default_factory=dict)  # each rank's first error line, "" until one
+    root_cause_rank: int | None = None  # torchrun's "Root Cause (first observed failure)" rank
     signals: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+
+    def ranks_first_failure_first(self) -> list[int]:
+        """The failed ranks, the launcher's root cause first where it named one (it timed the
+        failures; a log's order is the order of flushes), else in the order the log shows them."""
+        root = self.root_cause_rank
+        if root is None or root not in self.rank_errors:
+            return list(self.failed_ranks)
+        return [root, *(rank for rank in self.failed_ranks if rank != root)]
 
 
 def blocks(stream: BinaryIO) -> Iterator[bytes]:
@@ -113,9 +129,12 @@ def clean(raw: bytes) -> tuple[int | None, str]:
     if text[:1] == ">":
         text = _QUOTE.sub("", text)
     rank = None
-    match = _RANK.match(text) if text[:1] in "[0123456789 " else None
-    if match:
-        rank = int(match.group(1) or match.group(2))
+    for _ in range(3):  # launchers stack prefixes (`[default1]:[rank1]: `): the global rank wins
+        match = _RANK.match(text) if text[:1] in "[0123456789 " else None
+        if match is None:
+            break
+        told = int(match.group(2) or match.group(3))
+        rank = told if rank is None or match.group(1) == "rank" else rank
         text = text[match.end() :]
     return rank, text
 
@@ -140,6 +159,8 @@ class Reader:
         self.reading = Reading()
         self._open: dict[int | None, Traceback] = {}
         self._chained: set[int | None] = set()
+        self._thread: dict[int | None, str] = {}  # "Exception in thread NAME:" until its traceback opens
+        self._root_cause_next = False
 
     def feed(self, lines: Iterable[bytes]) -> Reading:
         self.feed_lines(lines)
@@ -180,11 +201,31 @@ class Reader:
                 kept = reading.signals.setdefault(name, [])
                 if len(kept) < MAX_SIGNAL_LINES:
                     kept.append((number, stripped[:500]))
+        if "Watchdog caught" in text or "failed (exitcode" in text:
+            told = _RANK_FAILED.search(text)
+            if told is not None:
+                self._rank_failed(int(told.group(1) or told.group(4)), told.group(2) or told.group(3))
         if stripped.startswith("Traceback (most recent call last)") or stripped.startswith("Original Traceback"):
+            if rank is not None:
+                self._rank_failed(rank, "")
             if rank in self._open:
                 self._close(self._open.pop(rank))
-            self._open[rank] = Traceback(rank, number, chained=rank in self._chained)
+            self._open[rank] = Traceback(rank, number, chained=rank in self._chained, thread=self._thread.pop(rank, ""))
             self._chained.discard(rank)
+            return
+        if stripped.startswith("Exception in thread "):
+            thread = _THREAD.match(stripped)
+            if thread is not None:
+                self._thread[rank] = thread.group(1)[:200]
+            return
+        if stripped.startswith("Root Cause (first observed failure)"):
+            self._root_cause_next = True
+            return
+        if self._root_cause_next and stripped.startswith("rank"):
+            told = _ROOT_CAUSE_RANK.match(stripped)
+            if told is not None and reading.root_cause_rank is None:
+                reading.root_cause_rank = int(told.group(1))
+            self._root_cause_next = False
             return
         if any(stripped.startswith(words) for words in _CHAIN):
             self._chained.add(rank)
@@ -210,13 +251,24 @@ class Reader:
         reading = self.reading
         if len(reading.exceptions) < 200:
             reading.exceptions.append((number, rank, text[:500]))
-        if rank is not None and rank not in reading.failed_ranks:
-            reading.failed_ranks.append(rank)
+        if rank is not None:
+            self._rank_failed(rank, text)
         current = self._open.pop(rank, None)
         if current is None:
             current = Traceback(rank, number, chained=rank in self._chained)
         current.exception = text[:500]
         self._close(current)
+
+    def _rank_failed(self, rank: int, error: str) -> None:
+        """A rank failed: the first time, in order; its first error line once one is printed."""
+        reading = self.reading
+        if rank not in reading.rank_errors:
+            if len(reading.rank_errors) >= MAX_RANKS:
+                return
+            reading.failed_ranks.append(rank)
+            reading.rank_errors[rank] = ""
+        if error and not reading.rank_errors[rank]:
+            reading.rank_errors[rank] = error[:500]
 
     def _close(self, traceback: Traceback) -> None:
         self._open.pop(traceback.rank, None)

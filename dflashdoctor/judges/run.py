@@ -19,6 +19,7 @@ from typing import Any
 from dflashdoctor.agent.config import FINAL_SNAPSHOTS
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
+from dflashdoctor.explain.diagnosis import diagnose_text, is_known
 from dflashdoctor.judges.autotuners import concurrent_entry_findings, user_frame
 from dflashdoctor.judges.base import Judge, frame_where, size_text
 from dflashdoctor.judges.kernel_resources import OutOfResources, out_of_resources_finding
@@ -142,18 +143,30 @@ class ProcessJudge(Judge):
                 continue
             known = known_cause(exc["message"], exc.get("raised_at"))
             evidence = {k: exc.get(k) for k in ("type", "message", "thread", "module", "raised_at", "traceback")}
+            # its traceback read as `explain` reads a log: the class and the call path, worded once
+            read = diagnose_text(exc.get("traceback") or "", self.log.rank) if not known else None
+            classed = read is not None and is_known(read)
+            if read is not None and read.path.owners:
+                evidence |= {"call_path": read.evidence()["call_path"], "library": read.path.library}
+            if classed:
+                evidence["log_class"] = read.found.code
             self.findings.append(
                 finding(
                     "uncaught-exception",
-                    f"{exc['type']}{module} on thread {exc['thread']}: {first_line(exc['message'])[:200]}",
+                    f"{exc['type']}{module} on thread {exc['thread']}: {first_line(exc['message'])[:200]}"
+                    + (f"; {read.title}" if classed else ""),
                     detail=f"Nothing caught it; it ended thread {exc['thread']}"
                     + (" and the process." if exc["thread"] == "MainThread" else ".")
                     + (f" It was raised inside module `{exc['module']}`." if exc.get("module") else "")
-                    + (f" Known cause: {known.cause}" if known else ""),
+                    + (f" Known cause: {known.cause}" if known else "")
+                    + (f" Read from its traceback: {read.title}." if classed else "")
+                    + (f" {read.path_story()}" if read is not None and read.path.owners else ""),
                     where=Where(**exc["where"], module=exc.get("module")) if exc.get("where") else None,
                     evidence=evidence | ({"known_cause": known.name} if known else {}),
                     fix=known.fix
                     if known
+                    else read.fix()
+                    if classed
                     else "Read the traceback in the evidence; the call sites and dense kernels seen before it "
                     "are listed in this section.",
                 )

@@ -12,15 +12,12 @@ import pytest
 from dflashdoctor.commands.explain import ExplainOptions, explain
 from dflashdoctor.explain.call_path import call_path
 from dflashdoctor.explain.classes import NEEDLES, OTHER, SIGNALS, failing_traceback, failure_class
+from dflashdoctor.explain.diagnosis import diagnose
 from dflashdoctor.explain.reader import Reader
 from tests.paths import ROOT
 
 LOGS = ROOT / "tests" / "realworld" / "logs"
 TRUTH = tomllib.loads((LOGS / "truth.toml").read_text())["logs"]
-# Two excerpts whose thread established a cause their text does not show: the SpecForge log stops
-# in the user's frames before any error line, the FLA one holds 11 lines of frames and no error.
-# explain says "another cause" for both; they are kept to say so.
-UNSHOWN = {"03_specforge_dflash_blockmask_oom.log": "other", "05_fla_gsa_multigpu_nargs.log": "other"}
 # code -> a corpus log that shows it (tests/unit/test_codes.py)
 CASES = {
     "log-flex-dense": "01_olmo_flex_eager_oom.log",
@@ -32,6 +29,7 @@ CASES = {
     "log-fla-kernel": "22_fla_gated_deltanet_triton23_dominance.log",
     "log-hf-flex-path": "26_transformers_ctrl_flex_blockmask_ndim.log",
     "log-other-failure": "33_word_lm_cuda_oom_batch_size.log",
+    "log-cut-traceback": "03_specforge_dflash_blockmask_oom.log",
 }
 
 
@@ -45,15 +43,28 @@ def _class(reading) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(TRUTH))
-def test_each_real_log_gets_the_class_and_the_user_frame_its_thread_established(name):
+def test_each_real_log_gets_its_class_user_frame_ranks_and_command(name):
+    """`shows`: the class the text itself shows where it differs from the cause its thread found
+    (two excerpts stop inside their traceback: what they show is a cut traceback, said as such)."""
     truth = TRUTH[name]
-    reading = Reader(SIGNALS, NEEDLES).feed((LOGS / name).read_bytes().split(b"\n"))
-    assert _class(reading) == UNSHOWN.get(name, truth["class"])
-    path = call_path(failing_traceback(reading))
+    diagnosis = diagnose(Reader(SIGNALS, NEEDLES).feed((LOGS / name).read_bytes().split(b"\n")))
+    assert _class(diagnosis.reading) == truth.get("shows", truth["class"])
+    path = diagnosis.path
     if truth["user_frame"]:
         assert path.user_frame is not None and path.user_frame.label().endswith(truth["user_frame"].rsplit("/", 1)[-1])
     else:
         assert path.user_frame is None or "site-packages" not in path.user_frame.path
+    # the ranks the text shows failing, in the truth's order (a rank the thread names from a message
+    # line alone, as 28's rank 3, is not shown failing)
+    ranks = diagnosis.reading.ranks_first_failure_first()
+    assert [r for r in truth["ranks_failed"] if r in ranks] == ranks and (ranks or not truth["ranks_failed"])
+    confirm = diagnosis.confirm()
+    if truth["confirm"] and "shows" not in truth:
+        assert confirm.split()[:2] == ["dflashdoctor", truth["confirm"].split()[0]]
+        if truth["user_frame"] and "SCRIPT" in truth["confirm"]:
+            assert confirm.endswith(path.user_frame.path)
+    if "thread" in truth:
+        assert diagnosis.traceback.thread == truth["thread"] and f"thread {truth['thread']}" in diagnosis.story()
 
 
 @pytest.mark.parametrize("code", sorted(CASES))
@@ -61,7 +72,8 @@ def test_each_code_says_the_command_that_confirms_it(code):
     report = explain(ExplainOptions(logs=[str(LOGS / CASES[code])]), ["explain"])
     (found,) = report.results[0].findings
     assert found.code == code and found.severity == "error" and found.fix
-    confirm = TRUTH[CASES[code]]["confirm"].split()[0] if TRUTH[CASES[code]]["confirm"] else ""
+    truth = TRUTH[CASES[code]]
+    confirm = truth["confirm"].split()[0] if truth["confirm"] and "shows" not in truth else ""
     assert (f"`dflashdoctor {confirm}" in found.fix) if confirm else "Confirm on your pipeline" not in found.fix
     assert report.exit_code() == 1
 
