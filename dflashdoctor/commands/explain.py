@@ -87,8 +87,11 @@ def explain(options: ExplainOptions, argv: list[str]) -> Report:
         result.checks.append(Check("failure", "fail", diagnosis.title, codes=[diagnosis.found.code]))
         if diagnosis.path.user_frame is not None:
             result.checks.append(Check("user frame", "info", diagnosis.path.user_frame.label()))
-        if reading.failed_ranks:
-            result.checks.append(Check("ranks", "info", diagnosis.ranks()))
+        ranks = reading.ranks_first_failure_first()
+        if ranks:
+            shown = ", ".join(map(str, ranks[:16])) + (f" and {len(ranks) - 16} more" if len(ranks) > 16 else "")
+            root = " (torchrun's root cause first)" if reading.root_cause_rank is not None else ""
+            result.checks.append(Check("ranks", "info", f"failed, first failure first: {shown}{root}"))
     result.measurements.update(
         lines=reading.lines,
         tracebacks=len(reading.tracebacks) + reading.dropped_tracebacks,

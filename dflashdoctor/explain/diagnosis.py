@@ -83,6 +83,8 @@ class Diagnosis:
             sentences.append(f"The path runs {through}; no frame of the user's own code is in it.")
         if self.traceback is not None and self.traceback.thread:
             sentences.append(f"It ended thread {self.traceback.thread}.")
+        if self.found is CUT and self.traceback is not None and self.traceback.frames:
+            sentences.append(f"The last frame the log holds: {self.traceback.frames[-1].label()}.")
         return " ".join(sentences)
 
     def ranks(self) -> str:
@@ -92,12 +94,15 @@ class Diagnosis:
         if not ranks:
             return ""
         errors = self.reading.rank_errors
-        told = "; ".join(
-            f"rank {r}: {errors[r][:160] or 'a traceback whose error line the log does not hold'}"
-            for r in ranks[:MAX_RANKS_TOLD]
-        )
+
+        def told(rank: int) -> str:
+            error = errors[rank]
+            if error and error == self.exception:
+                return f"rank {rank} (the error above)"
+            return f"rank {rank}: {_short(error) if error else 'a traceback whose error line the log does not hold'}"
+
         more = f"; and {len(ranks) - MAX_RANKS_TOLD} more" if len(ranks) > MAX_RANKS_TOLD else ""
-        return f"{told}{more}"
+        return "; then ".join(told(rank) for rank in ranks[:MAX_RANKS_TOLD]) + more
 
     def evidence(self) -> dict[str, object]:
         reading = self.reading
@@ -118,6 +123,14 @@ class Diagnosis:
         detail = self.story() + (f" Ranks that failed, first failure first: {ranks}." if ranks else "")
         evidence = self.evidence()
         return finding(self.found.code, self.title, detail=detail, where=where, evidence=evidence, fix=self.fix())
+
+
+def _short(text: str, most: int = 120) -> str:
+    """A line cut at a word, marked as cut."""
+    if len(text) <= most:
+        return text
+    cut = text[:most].rsplit(" ", 1)[0]
+    return f"{cut}…"
 
 
 def diagnose(reading: Reading) -> Diagnosis:

@@ -74,3 +74,41 @@ def test_a_fifo_a_folder_or_a_missing_log_is_one_line_and_exit_2(tmp_path):
     for name, said in (("pipe.log", b"FIFO"), (".", b"folder"), ("missing.log", b"missing.log")):
         done = _explain(name, cwd=tmp_path)
         assert done.returncode == 2 and said in done.stderr and done.stderr.count(b"\n") == 1, done.stderr
+
+
+def test_a_run_whose_command_crashed_says_the_class_and_explain_from_run_reads_it_again(tmp_path):
+    """The CPU flex OOM the corpus holds (log 35), run under `dflashdoctor run`: the uncaught
+    exception's finding carries the class read from its traceback and the class's fix, with the
+    user's line (not the doctor's own recording hook); `explain --from-run` tells the same."""
+    script = LOGS / "produce" / "flex_dense_oom_cpu.py"
+    report_dir = tmp_path / "run"
+    ran = subprocess.run(
+        [sys.executable, "-m", "dflashdoctor", "run", "--json", "--report-dir", str(report_dir), "--", sys.executable,
+         str(script)],
+        capture_output=True, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert ran.returncode == 1, ran.stderr[-3000:]
+    (uncaught,) = [
+        f for r in json.loads(ran.stdout)["results"] for f in r["findings"] if f["code"] == "uncaught-exception"
+    ]
+    assert uncaught["evidence"]["log_class"] == "log-flex-dense"
+    assert "flex_attention ran its unfused dense path" in uncaught["title"]
+    assert f"The user's innermost frame is {script}:18 in <module>" in uncaught["detail"]
+    assert f"`dflashdoctor trace-attention --script {script}`" in uncaught["fix"]
+    again = _explain("--from-run", str(report_dir), "--json", "--report-dir", str(tmp_path / "r"), cwd=tmp_path)
+    assert again.returncode == 1, again.stderr
+    (found,) = json.loads(again.stdout)["results"][0]["findings"]
+    assert found["code"] == "log-flex-dense" and found["where"]["line"] == 18
+    assert "It asked for 2 GiB at once" in found["detail"]
+
+
+def test_from_run_refuses_another_commands_report_and_a_log_given_with_it(tmp_path):
+    log = LOGS / "04_mamba_dataparallel_replica_nargs.log"
+    _explain(str(log), "--report-dir", str(tmp_path / "explained"), cwd=tmp_path)
+    for args, said in (
+        (["--from-run", str(tmp_path / "explained")], b"not of `run`"),
+        (["--from-run", str(tmp_path / "explained"), str(log)], b"not both"),
+        (["--from-run", str(tmp_path / "nowhere")], b"no such report"),
+    ):
+        done = _explain(*args, cwd=tmp_path)
+        assert done.returncode == 2 and said in done.stderr and done.stderr.count(b"\n") == 1, done.stderr

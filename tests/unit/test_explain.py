@@ -97,3 +97,35 @@ def test_a_log_without_a_failure_passes(tmp_path):
     log.write_text("".join(f"[rank0]: step {i} loss 2.{i:03d} lr 3e-4\n" for i in range(500)))
     report = explain(ExplainOptions(logs=[str(log)]), ["explain"])
     assert report.exit_code() == 0 and not report.results[0].findings
+
+
+def test_torchruns_root_cause_goes_first_whatever_order_the_ranks_flushed_in():
+    """Rank 0's consequence (a peer closed) is flushed before rank 1's own error; torchrun's summary,
+    which times the failures, names rank 1: it goes first, and its traceback is the failure's."""
+    log = (
+        b"[default0]:[rank0]: Traceback (most recent call last):\n"
+        b'[default0]:[rank0]:   File "/w/train.py", line 30, in <module>\n'
+        b"[default0]:[rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:1234\n"
+        b"[default1]:[rank1]: Traceback (most recent call last):\n"
+        b'[default1]:[rank1]:   File "/w/train.py", line 22, in <module>\n'
+        b"[default1]:[rank1]: RuntimeError: boom\n"
+        b"Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-05_11:46:52\n"
+        b"  rank      : 1 (local_rank: 1)\n"
+    )
+    diagnosis = diagnose(_read(log))
+    assert diagnosis.reading.ranks_first_failure_first() == [1, 0]
+    assert diagnosis.path.user_frame.line == 22 and diagnosis.exception == "RuntimeError: boom"
+    closed = "RuntimeError: Connection closed by peer [127.0.0.1]:1234"
+    assert diagnosis.ranks() == f"rank 1 (the error above); then rank 0: {closed}"
+
+
+def test_a_threads_traceback_names_the_thread_and_the_doctors_own_frames_are_nobodys():
+    log = (
+        b"Exception in thread pair-0 (worker):\nTraceback (most recent call last):\n"
+        b'  File "/w/train.py", line 8, in pair\n'
+        b'  File "/venv/lib/python3.12/site-packages/dflashdoctor/hooks/flex_dense.py", line 390, in recording\n'
+        b"TypeError: 'NoneType' object is not a mapping\n"
+    )
+    diagnosis = diagnose(_read(log))
+    assert diagnosis.traceback.thread == "pair-0"
+    assert diagnosis.path.user_frame.label() == "/w/train.py:8 in pair" and diagnosis.path.library == ""
