@@ -99,3 +99,25 @@ def is_cache_entry(kind: str, parts: tuple[str, ...]) -> bool:
     else:
         return False
     return shaped and (not rest or (len(rest) == 1 and bool(INDUCTOR_TMP.fullmatch(rest[0]))))
+
+
+def written_by_a_cache(path: str) -> bool:
+    """Whether a file path (as a traceback or an error prints it) has the shape of a file Inductor or
+    Triton wrote into a cache: `<shard>/<key>.<ext>` with the shard the key's letters 1-2, or a file
+    in a Triton `<key>/` folder; a bare `<key>.<ext>` (Python's SyntaxError names the file alone)."""
+    parts = path.replace("\\", "/").split("/")
+    generated = _GENERATED.fullmatch(parts[-1])
+    if generated is not None:
+        return len(parts) == 1 or generated["key"][1:3] == parts[-2]
+    return len(parts) >= 2 and bool(TRITON_KEY.fullmatch(parts[-2]))
+
+
+def cache_root_of(path: str) -> tuple[str, str] | None:
+    """The kind and root of the cache a written file's path lies in (`inductor`: above its shard,
+    `triton`: above its key folder); None for a bare name, a relative path (the part of a path with
+    a space that a message shows) or another path."""
+    parts = path.replace("\\", "/").split("/")
+    if len(parts) < 4 or (parts[0] not in ("", "~") and not parts[0].endswith(":")) or not written_by_a_cache(path):
+        return None
+    kind = "inductor" if _GENERATED.fullmatch(parts[-1]) and SHARD.fullmatch(parts[-2]) else "triton"
+    return kind, "/".join(parts[:-2]) or "/"

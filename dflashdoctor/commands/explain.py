@@ -18,10 +18,12 @@ from dflashdoctor.commands.show import load_report
 from dflashdoctor.errors import BadInput
 from dflashdoctor.explain.classes import NEEDLES, SIGNALS
 from dflashdoctor.explain.diagnosis import diagnose
-from dflashdoctor.explain.reader import Reader, blocks
+from dflashdoctor.explain.reader import LINE_BYTES, Reader, blocks
 from dflashdoctor.placed_files import PlacedFileError, open_placed
 from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.session import finish, new_report
+
+_MOST_TRACEBACK_CHARS = 1 << 20  # of one recorded traceback, its end (the agent keeps less)
 
 
 @dataclass
@@ -55,12 +57,14 @@ def read_run(folder: Path, reader: Reader) -> int:
     told = 0
     for result in report.results:
         for found in result.findings:
-            traceback = found.evidence.get("traceback")
+            evidence = found.evidence if isinstance(found.evidence, dict) else {}
+            traceback, rank = evidence.get("traceback"), evidence.get("rank")
             if not isinstance(traceback, str) or not traceback:
                 continue
-            rank = found.evidence.get("rank")
-            prefix = f"[rank{rank}]: ".encode() if isinstance(rank, int) and not isinstance(rank, bool) else b""
-            reader.feed_lines(prefix + line for line in traceback.encode("utf-8", "replace").split(b"\n"))
+            ranked = isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < 1 << 20
+            prefix = f"[rank{rank}]: ".encode() if ranked else b""
+            text = traceback[-_MOST_TRACEBACK_CHARS:].encode("utf-8", "replace")
+            reader.feed_lines(prefix + line[:LINE_BYTES] for line in text.split(b"\n"))
             told += 1
     return told
 

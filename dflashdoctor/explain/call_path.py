@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from dflashdoctor.cache.layout import written_by_a_cache
 from dflashdoctor.explain.reader import Frame, Traceback
 
 # packages a frame's path names as a folder: whose code it is
@@ -26,7 +27,7 @@ def owner(frame: Frame) -> str:
     """`user`, `torch` (torch, triton and their internals), `tool` (dflashdoctor's instruments), or
     the library's package name."""
     path = frame.path.replace("\\", "/")
-    if path.startswith("<"):
+    if path.startswith("<") or written_by_a_cache(path):  # code torch generated, in its cache or not on disk
         return "torch"
     folders = path.split("/")[:-1]
     installed = bool(_ENVIRONMENT.search(path))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from dflashdoctor.cache.layout import cache_root_of, written_by_a_cache
 from dflashdoctor.explain.call_path import owner
 from dflashdoctor.explain.reader import Reading, Traceback
 
@@ -42,7 +43,7 @@ CLASSES = {
     "triton-cache": FailureClass(
         "log-triton-cache",
         "a corrupted or foreign Triton/Inductor cache entry was loaded",
-        "dflashdoctor cache check",
+        "dflashdoctor cache check{cache}",
         "Quarantine the broken entries (`dflashdoctor cache fix`) or give each node and GPU architecture its "
         "own TRITON_CACHE_DIR/TORCHINDUCTOR_CACHE_DIR.",
     ),
@@ -152,6 +153,8 @@ ORDER = (
 
 def _evidence(reading: Reading, name: str) -> bool:
     """Whether the log shows the class: its signal lines, checked against what else must hold."""
+    if name == "triton-cache" and _generated_file_failed(reading):
+        return True
     if not reading.signals.get(name):
         return False
     said = " ".join(text for _, text in reading.signals[name])
@@ -174,6 +177,29 @@ def _evidence(reading: Reading, name: str) -> bool:
     if name == "graph-break":
         return "Unsupported" in said or "Graph break" in said or "graph_break" in said
     return True
+
+
+_FILE_NAMED = re.compile(r"[^\s\"()<>,]+\.(?:py|so|cubin|hsaco|json|ptx|cpp)\b")
+
+
+def damaged_cache_root(reading: Reading) -> tuple[str, str] | None:
+    """The kind and root of the cache whose written file an error names, where it names one whole."""
+    for _, _, text in reading.exceptions:
+        for named in _FILE_NAMED.findall(text):
+            root = cache_root_of(named.lstrip("'`"))
+            if root is not None:
+                return root
+    return None
+
+
+def _generated_file_failed(reading: Reading) -> bool:
+    """An error that names a file of a cache's own layout (Inductor's `<shard>/<key>.py`, a Triton key
+    folder's file) that would not load: Inductor wrote it whole, so a load that fails is damage."""
+    return any(
+        re.search(r"Failed to import|SyntaxError|ImportError|invalid ELF|file too short|JSONDecodeError", text)
+        and any(written_by_a_cache(named.lstrip("'`")) for named in _FILE_NAMED.findall(text))
+        for _, _, text in reading.exceptions
+    )
 
 
 def _innermost_library_frame(reading: Reading, word: str) -> bool:
@@ -230,6 +256,8 @@ def other_cause(reading: Reading) -> str:
         return "a collective timed out or failed in NCCL (a rank stalled, died or diverged)"
     if _exception_matches(reading, r"state_dict|Missing key|Unexpected key"):
         return "a checkpoint that does not match the model (missing or unexpected keys)"
+    if _exception_matches(reading, r"BackendCompilerFailed|CppCompileError|InductorError|CompilationError"):
+        return "the compiler backend failed to build the graph (the log's error names the stage and the file)"
     if _exception_matches(reading, r"\bKeyError\b"):
         return "a KeyError (a configuration, checkpoint or data key that is not there)"
     if reading.signals.get("nan"):

@@ -5,6 +5,7 @@ watched say the same thing."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from dflashdoctor.codes import finding
@@ -16,6 +17,7 @@ from dflashdoctor.explain.classes import (
     SIGNALS,
     FailureClass,
     allocation_bytes,
+    damaged_cache_root,
     failing_traceback,
     failure_class,
     other_cause,
@@ -43,19 +45,28 @@ class Diagnosis:
     @property
     def exception(self) -> str:
         """The failure's own error line: its traceback's, else the log's last."""
-        if self.traceback is not None and self.traceback.exception:
-            return self.traceback.exception
-        return self.reading.exceptions[-1][2] if self.reading.exceptions else ""
+        said = self.reading.exceptions
+        if self.traceback is None or not self.traceback.exception:
+            return said[-1][2] if said else ""
+        own = self.traceback.exception
+        if own.endswith("raised:"):  # dynamo's wrapper: the backend's own error is the next line
+            after = [text for line, rank, text in said if line > self.traceback.start and rank == self.traceback.rank]
+            following = after[after.index(own) + 1 :] if own in after else []
+            return f"{own} {following[0]}" if following else own
+        return own
 
     def confirm(self) -> str:
         """The class's command with the log's own names where it has them."""
         if self.found is None or not self.found.confirm:
             return ""
+        # names from the log are another's text: quoted, a command copied from here runs only itself
         frame = self.path.user_frame
-        script = frame.path if frame is not None and frame.path.endswith(".py") else "YOUR_STEP.py"
+        script = shlex.quote(frame.path) if frame is not None and frame.path.endswith(".py") else "YOUR_STEP.py"
         named = frame is not None and frame.function not in ("?", "<module>")
-        target = f"{frame.path}:{frame.function}" if named else "MODULE:WRAPPER"
-        return self.found.confirm.format(script=script, target=target)
+        target = shlex.quote(f"{frame.path}:{frame.function}") if named else "MODULE:WRAPPER"
+        root = damaged_cache_root(self.reading)
+        cache = f" --{root[0]}-dir {shlex.quote(root[1])}" if root else ""
+        return self.found.confirm.format(script=script, target=target, cache=cache)
 
     def fix(self) -> str:
         confirm = self.confirm()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dflashdoctor.cache.layout import is_cache_entry, not_a_cache
+from dflashdoctor.cache.layout import cache_root_of, is_cache_entry, not_a_cache, written_by_a_cache
 from tests import cache_tree
 
 CODE = cache_tree.inductor_key("kernel")  # `c` + 51 of lowercase base32, as torch makes it
@@ -71,3 +71,23 @@ def test_a_root_is_judged_by_its_top(tmp_path):
     (tmp_path / "fxgraph.py").write_text("")  # a known folder's name as a file is not it
     (tmp_path / "src").mkdir()
     assert "holds fxgraph.py, pkg, settings.json and 1 more," in (not_a_cache(tmp_path) or "")
+
+
+KEY = "cwruqerddvgygrtuygr2yxfz6ktbzkyzedyyy6jfxxu3kp5puvlp"  # a key torch 2.13 wrote (codecache.get_path)
+
+
+@pytest.mark.parametrize(
+    ("path", "written", "root"),
+    [
+        (f"/tmp/torchinductor_u/wr/{KEY}.py", True, ("inductor", "/tmp/torchinductor_u")),
+        (f"C:\\cache\\wr\\{KEY}.py", True, ("inductor", "C:/cache")),
+        (f"{KEY}.py", True, None),  # SyntaxError names the file alone: written, no root to check
+        (f"/tmp/x/ab/{KEY}.py", False, None),  # the shard is not the key's letters 1-2
+        (f"wr/{KEY}.py", True, None),  # relative: the part of a longer path a message showed
+        (f"/home/u/.triton/cache/{'A' * 52}/rms_norm_kernel.json", True, ("triton", "/home/u/.triton/cache")),
+        ("/home/u/project/model.py", False, None),
+    ],
+)
+def test_a_written_files_path_and_its_cache_root_come_from_the_layout(path, written, root):
+    assert written_by_a_cache(path) is written
+    assert cache_root_of(path) == root

@@ -129,3 +129,20 @@ def test_a_threads_traceback_names_the_thread_and_the_doctors_own_frames_are_nob
     diagnosis = diagnose(_read(log))
     assert diagnosis.traceback.thread == "pair-0"
     assert diagnosis.path.user_frame.label() == "/w/train.py:8 in pair" and diagnosis.path.library == ""
+
+
+def test_names_from_a_log_are_quoted_in_the_command_it_suggests():
+    """A log is another's text: a frame path with a space and a `;` becomes one quoted argument, and a
+    damaged cache file's root is named for `cache check`, quoted too."""
+    log = (
+        b"Traceback (most recent call last):\n"
+        b'  File "/w/my dir/x; rm -rf ~.py", line 3, in step\n'
+        b"RuntimeError: Failed to import /tmp/c d/wr/cwruqerddvgygrtuygr2yxfz6ktbzkyzedyyy6jfxxu3kp5puvlp.py\n"
+    )
+    diagnosis = diagnose(_read(log))
+    assert diagnosis.found.code == "log-triton-cache"
+    assert diagnosis.confirm() == "dflashdoctor cache check"  # the path with a space is not read whole: no root
+    named = diagnose(_read(log.replace(b"/tmp/c d/", b"/tmp/c'd/")))
+    assert named.confirm() == """dflashdoctor cache check --inductor-dir '/tmp/c'"'"'d'"""
+    log = log.replace(b"Failed to import /tmp/c d/wr/c", b"out of resource: shared memory, Hardware limit: 9 /wr/c")
+    assert diagnose(_read(log)).confirm() == "dflashdoctor check-compile '/w/my dir/x; rm -rf ~.py:step' --device cuda"
