@@ -11,15 +11,13 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from rich.console import Console
-
 from dflashdoctor import named_output
 from dflashdoctor.errors import BadInput
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.render import github, write_report_dir
 from dflashdoctor.render.junit import render_junit
 from dflashdoctor.render.sarif import render_sarif
-from dflashdoctor.render.terminal import render_terminal
+from dflashdoctor.render.terminal import render_terminal, terminal_console
 from dflashdoctor.report import Report
 from dflashdoctor.report_folder import ReportFolder, makeable_problem, unsafe_reason
 from dflashdoctor.safe_text import encodable_report
@@ -113,7 +111,7 @@ def emit(
     if not json_output and text is not None:
         (sys.stderr if on_stdout else sys.stdout).write(text(report))
     elif not json_output:  # beside a copy sent to stdout, the terminal's report goes to stderr
-        console = Console(file=sys.stderr) if on_stdout else Console()
+        console = terminal_console(sys.stderr) if on_stdout else terminal_console()
         render_terminal(report, console, verbose=verbose, report_dir=str(directory))
     if environ is not None:
         github.publish(report, environ)

@@ -15,6 +15,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from dflashdoctor.causes import causes
+
 SCHEMA = "dflashdoctor.report/1"
 OBSERVATIONS_SCHEMA = "dflashdoctor.observations/1"
 
@@ -192,7 +194,9 @@ class Report:
             for found in result["findings"]:  # before it had one read back as they were
                 if found["where"] is not None and found["where"]["column"] is None:
                     del found["where"]["column"]
-        return {"schema": data.pop("schema"), **data}
+        # the findings grouped by cause, root cause first (causes.py): what a reader or a CI step
+        # takes first; `results` keeps every finding whole
+        return {"schema": data.pop("schema"), **data, "causes": [cause.to_dict() for cause in causes(self)]}
 
     def observations_json(self) -> str:
         """observations.json: the raw observations each probe reported, by probe name."""
@@ -207,7 +211,7 @@ class Report:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a {SCHEMA} document (schema={data.get('schema')!r})")
         results = [probe_result_from_dict(r) for r in data.get("results", [])]
-        fields = {k: v for k, v in data.items() if k not in ("results", "schema", "observations")}
+        fields = {k: v for k, v in data.items() if k not in ("results", "schema", "observations", "causes")}
         return cls(**fields, results=results)
 
     @classmethod

@@ -92,11 +92,10 @@ def _fill_earlier_sections(report: Report, sections: list[dict[str, Any]]) -> No
 def show(path: Path, format_name: str, *, verbose: bool) -> str:
     """The report at `path` in `format_name` ("terminal" or one of render.FORMATS), ready to print. A
     document that loads but cannot be rendered (a field of the wrong type) is damaged: bad input."""
-    from rich.console import Console
     from rich.errors import NotRenderableError
 
     from dflashdoctor.render import FORMATS
-    from dflashdoctor.render.terminal import render_terminal
+    from dflashdoctor.render.terminal import render_terminal, terminal_console
     from dflashdoctor.safe_text import encodable_report
 
     if format_name != "terminal" and format_name not in FORMATS:
@@ -106,7 +105,7 @@ def show(path: Path, format_name: str, *, verbose: bool) -> str:
         report = encodable_report(report)
         if format_name != "terminal":
             return FORMATS[format_name](report)
-        console = Console()
+        console = terminal_console()
         with console.capture() as captured:
             render_terminal(report, console, verbose=verbose)
         return captured.get()

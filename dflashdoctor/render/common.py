@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dflashdoctor.causes import causes
 from dflashdoctor.render.svg import human
 from dflashdoctor.report import Report
 
@@ -21,17 +22,20 @@ def subject(report: Report) -> str:
 
 
 def counts(report: Report) -> dict[str, int]:
+    """Causes by severity (a cause told at five places counts once)."""
     tally = {"error": 0, "warning": 0, "info": 0}
-    for f in report.findings():
-        tally[f.severity] += 1
+    for cause in causes(report):
+        tally[cause.severity] += 1
     return tally
 
 
 def verdict_line(report: Report) -> str:
     tally = counts(report)
+    places = len(report.findings())
+    grouped = f" ({places} findings)" if places > sum(tally.values()) else ""
     return (
         f"{report.verdict.upper()}: {tally['error']} errors, {tally['warning']} warnings, "
-        f"{tally['info']} notes in {report.duration_s:.1f} s"
+        f"{tally['info']} notes{grouped} in {report.duration_s:.1f} s"
     )
 
 
@@ -54,20 +58,25 @@ def measurement_text(key: str, value: Any) -> str:
 
 def summary_sentence(report: Report) -> str:
     """What is wrong and where, in one sentence: the first error, where it is, and how many more."""
-    errors = [(r, f) for r in report.results for f in r.findings if f.severity == "error"]
-    warnings = sum(1 for f in report.findings() if f.severity == "warning")
+    grouped = causes(report)
+    errors = [cause for cause in grouped if cause.severity == "error"]
+    warnings = sum(1 for cause in grouped if cause.severity == "warning")
     if not errors:
         if report.verdict == "fail":
             failed = [r.probe for r in report.results if r.status == "fail"]
             return f"No error finding, but a check failed in {', '.join(failed)}."
         also = f", with {warnings} warning{'s' * (warnings != 1)}" if warnings else ""
         return f"Nothing here blocks the run: {len(report.results)} sections pass{also}."
-    section, first = errors[0]
+    first = errors[0]
     sentence = first.title.rstrip(".")
     if first.where:
-        sentence += f", at {first.where.label()}" + (f" ({first.where.module})" if first.where.module else "")
+        module = first.where.module if first.count == 1 else None
+        sentence += f", at {first.where.label()}" + (f" ({module})" if module else "")
+    sections = sorted({place.section for place in first.places})
     if len(report.results) > 1:
-        sentence += f", in {section.probe}"
+        sentence += f", in {', '.join(sections[:3])}" + (f" and {len(sections) - 3} more" if len(sections) > 3 else "")
+    if first.count > 1:
+        sentence += f" ({first.count} places)"
     more = len(errors) - 1
     if more:
         sentence += f"; and {more} more error{'s' * (more != 1)}"

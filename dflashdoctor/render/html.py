@@ -11,8 +11,10 @@ mode follows the reader's system, and printing opens every evidence block.
 from __future__ import annotations
 
 import json
+import re
 from html import escape
 
+from dflashdoctor.causes import Cause, group
 from dflashdoctor.render.common import (
     CHECK_MARKS,
     measurement_text,
@@ -36,13 +38,14 @@ padding:0 1em}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.8em;border-bottom:1px solid var(--line)}
 code,pre{font:12px ui-monospace,monospace}pre{background:var(--code);padding:.6em;overflow:auto;max-height:24em}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid var(--line);padding:.25em .6em;text-align:left}
-td{overflow-wrap:anywhere}.wide{overflow-x:auto}
+td{overflow-wrap:break-word}.wide{overflow-x:auto}
 a{color:var(--info)}.pass,.good{color:var(--good)}.fail,.error,.bad{color:var(--bad)}
 .warn,.warning{color:var(--warn)}.info,.skip{color:var(--info)}
 .summary{font-size:1.1em;border-left:4px solid var(--info);padding:.3em .8em}.summary.fail,.summary.error{
 border-color:var(--bad)}.summary.pass{border-color:var(--good)}
 .verdict{font-size:1.2em;font-weight:bold}
 .finding{border-left:4px solid var(--line);padding:.2em .9em;margin:1em 0}
+.places{margin:.2em 0;padding-left:1.4em}.times{color:var(--muted);font-weight:normal}
 .finding.error{border-color:var(--bad)}.finding.warning{border-color:var(--warn)}.finding.info{border-color:var(--info)}
 tr:target,.finding:target{outline:2px solid var(--info)}
 .charts{display:flex;flex-wrap:wrap;gap:1.5em}figure.chart-box{margin:.5em 0}figcaption{font-weight:bold}
@@ -88,19 +91,44 @@ class _Anchors:
         return self.rows.get(site_key(f.where.file, f.where.line, f.where.module))
 
 
-def _finding(f: Finding, anchor: str, row: str | None) -> str:
+_CODE = re.compile(r"`([^`\n]+)`")
+_LINK = re.compile(r"https?://[^\s<>\"'`]+[^\s<>\"'`.,;:)]")
+
+
+def prose(text: str) -> str:
+    """A finding's words as HTML: escaped, then its `code` spans as code and its URLs as links (the
+    texts are written as Markdown-ish prose; shown raw, the backticks were noise)."""
+    escaped = escape(text)
+    escaped = _CODE.sub(lambda m: f"<code>{m.group(1)}</code>", escaped)
+    return _LINK.sub(lambda m: f'<a href="{m.group(0)}">{m.group(0)}</a>', escaped)
+
+
+def _linked(text: str, row: str | None) -> str:
+    return f'<a href="#{row}">{escape(text)}</a>' if row else escape(text)
+
+
+def _cause(cause: Cause, anchors: list[str], rows: list[str | None]) -> str:
+    """One cause of a section: told once, its places listed, every finding's anchor kept (the call
+    site tables link to each)."""
+    f = cause.first
+    times = f' <span class="times">×{cause.count}</span>' if cause.count > 1 else ""
     out = [
-        f'<div class="finding {escape(f.severity)}" id="{anchor}">',
-        f"<h3><code>{escape(f.code)}</code> {escape(f.title)}</h3>",
+        f'<div class="finding {escape(f.severity)}" id="{anchors[0]}">',
+        *(f'<span id="{anchor}"></span>' for anchor in anchors[1:]),
+        f"<h3><code>{escape(f.code)}</code> {prose(cause.title)}{times}</h3>",
     ]
     if f.where:
-        module = f" ({escape(f.where.module)})" if f.where.module else ""
-        link = f' · <a href="#{row}">its call-site row</a>' if row else ""
+        module = f" ({escape(f.where.module)})" if f.where.module and cause.count == 1 else ""
+        link = f' · <a href="#{rows[0]}">its call-site row</a>' if rows[0] and cause.count == 1 else ""
         out.append(f"<p>at <code>{escape(f.where.label())}</code>{module}{link}</p>")
+    if cause.count > 1:
+        pairs = zip(cause.places, rows, strict=True)
+        items = "".join(f"<li>{_linked(cause.place_label(place), row)}</li>" for place, row in pairs)
+        out.append(f'<ul class="places">{items}</ul>')
     if f.detail:
-        out.append(f"<p>{escape(f.detail)}</p>")
+        out.append(f"<p>{prose(f.detail)}</p>")
     if f.fix:
-        out.append(f"<p><b>Fix:</b> {escape(f.fix)}</p>")
+        out.append(f"<p><b>Fix:</b> {prose(f.fix)}</p>")
     if f.refs:
         out.append("<p>" + " ".join(f"<code>{escape(r)}</code>" for r in f.refs) + "</p>")
     if f.evidence:
@@ -157,13 +185,16 @@ def _section(index: int, result: ProbeResult) -> list[str]:
     charts = [c for c in charts if c]
     if charts:
         body.append('<div class="charts">' + "".join(charts) + "</div>")
-    body += [_finding(f, anchors.finding_id(i), anchors.row_of(f)) for i, f in enumerate(result.findings)]
+    ids = {id(f): anchors.finding_id(i) for i, f in enumerate(result.findings)}
+    for cause in group((result.probe, f) for f in result.findings):
+        body.append(_cause(cause, [ids[id(f)] for f in cause.findings], [anchors.row_of(f) for f in cause.findings]))
     scalars = scalar_measurements(result.measurements)
-    if scalars:
+    if scalars:  # the raw numbers, for whoever wants them: closed, under the section's story
         rows = "".join(
-            f"<tr><td>{escape(k)}</td><td>{escape(measurement_text(k, v))}</td></tr>" for k, v in scalars.items()
+            f"<tr><td>{escape(k.replace('_', ' '))}</td><td>{escape(measurement_text(k, v))}</td></tr>"
+            for k, v in scalars.items()
         )
-        body.append(f"<h3>Measurements</h3><table>{rows}</table>")
+        body.append(f"<details><summary>Measurements</summary><table>{rows}</table></details>")
     return body
 
 

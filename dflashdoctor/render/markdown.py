@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from dflashdoctor.causes import causes
 from dflashdoctor.render.common import (
     CHECK_MARKS,
     measurement_text,
@@ -32,6 +33,28 @@ def render_markdown(report: Report) -> str:
         markdown_text(summary_sentence(report)).replace("\n", " "),
         "",
     ]
+    grouped = causes(report)
+    if grouped:
+        lines += ["## Causes", ""]
+    for cause in grouped:  # each told once, with its places; the root cause first
+        f = cause.first
+        times = f" (×{cause.count})" if cause.count > 1 else ""
+        lines += [
+            f"### [{f.severity}] {markdown_code(f.code)}: {markdown_text(cause.title).replace(chr(10), ' ')}{times}",
+            "",
+        ]
+        if f.where:
+            lines += [f"at {markdown_code(f.where.label())}", ""]
+        if cause.count > 1:
+            lines += [f"- {markdown_text(cause.place_label(place))}" for place in cause.places] + [""]
+        if f.detail:
+            lines += [markdown_text(f.detail), ""]
+        if f.fix:
+            lines += [f"**Fix:** {markdown_text(f.fix)}", ""]
+        if f.evidence:
+            evidence = json.dumps(f.evidence, indent=2, default=str)
+            fence = markdown_block_fence(evidence)
+            lines += ["<details><summary>evidence</summary>", "", f"{fence}json", evidence, fence, "</details>", ""]
     for result in report.results:
         lines += [f"## {markdown_text(result.probe)}: {result.status}", ""]
         if result.checks:
@@ -43,19 +66,6 @@ def render_markdown(report: Report) -> str:
                 lines += ["| " + " | ".join(_cell(c) for c in table.columns) + " |", "|" + "---|" * len(table.columns)]
                 lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table.rows]
                 lines.append("")
-        for f in result.findings:
-            title = markdown_text(f.title).replace("\n", " ")
-            lines += [f"### [{f.severity}] {markdown_code(f.code)}: {title}", ""]
-            if f.where:
-                lines += [f"at {markdown_code(f.where.label())}", ""]
-            if f.detail:
-                lines += [markdown_text(f.detail), ""]
-            if f.fix:
-                lines += [f"**Fix:** {markdown_text(f.fix)}", ""]
-            if f.evidence:
-                evidence = json.dumps(f.evidence, indent=2, default=str)
-                fence = markdown_block_fence(evidence)
-                lines += ["<details><summary>evidence</summary>", "", f"{fence}json", evidence, fence, "</details>", ""]
         scalars = scalar_measurements(result.measurements)
         if scalars:
             lines += ["| measurement | value |", "|---|---|"]

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+import textwrap
+from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from dflashdoctor.causes import Cause, causes
 from dflashdoctor.render.common import subject, verdict_line
-from dflashdoctor.report import Finding, Report
+from dflashdoctor.report import Report
 from dflashdoctor.report import Table as ReportTable
 from dflashdoctor.safe_text import with_strings, without_controls
 
@@ -33,18 +38,68 @@ def _one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
-def _finding(console: Console, f: Finding, verbose: bool) -> None:
-    title = _one_line(f.title)
-    console.print(Text.assemble((f"[{f.severity}] ", _SEVERITY_STYLE[f.severity]), (f.code, "bold"), "  ", title))
-    if "pid" in f.evidence:  # a finding of one process of a run
+_PLACES_SHOWN = 8
+_INDENT = "    "
+_LOG_WIDTH = 240  # a CI log is not a terminal: its lines are not cut at 80 columns
+
+
+def terminal_console(file: TextIO | None = None) -> Console:
+    """The console a report is printed on: a terminal's own width; in a CI log or a file (not a
+    TTY, no COLUMNS set) lines are not wrapped at all, so nothing is cut into 80-column pieces with
+    trailing spaces."""
+    stream = file if file is not None else sys.stdout
+    if stream.isatty() or os.environ.get("COLUMNS"):
+        return Console(file=file)
+    return Console(file=file, width=_LOG_WIDTH, soft_wrap=True)
+
+
+Label = tuple[str, str]  # words and their style
+
+
+def _wrapped(
+    console: Console,
+    text: str,
+    *,
+    labels: tuple[Label, ...] = (),
+    indent: str = _INDENT,
+    hanging: str = _INDENT,
+    style: str = "",
+) -> None:
+    """Labelled text (the labels coloured, at its start), its wrapped lines hanging at `hanging`
+    (never back at column 0) and without trailing spaces; in a log (no wrapping) one line."""
+    head = "".join(word for word, _ in labels)
+    if console.soft_wrap:
+        lines = [f"{indent}{head}{text}"]
+    else:
+        width = max(console.width - 1, len(hanging) + 20)
+        lines = textwrap.wrap(head + text, width, initial_indent=indent, subsequent_indent=hanging)
+    for i, line in enumerate(lines or [indent]):
+        if i == 0 and labels and line.startswith(indent + head):
+            console.print(Text.assemble(indent, *labels, line[len(indent) + len(head) :], style=style))
+        else:
+            console.print(Text(line, style=style))
+
+
+def _cause(console: Console, cause: Cause, verbose: bool) -> None:
+    """One cause: its title (with how many places), where, the places when there are several, what
+    the first says in detail, the fix once."""
+    f = cause.first
+    times = f"  ×{cause.count}" if cause.count > 1 else ""
+    severity = (f"[{f.severity}] ", _SEVERITY_STYLE[f.severity])
+    _wrapped(console, f"  {_one_line(cause.title)}{times}", labels=(severity, (f.code, "bold")), indent="")
+    if cause.count == 1 and "pid" in f.evidence:  # a finding of one process of a run
         rank = f.evidence.get("rank")
-        console.print(Text(f"    in {'rank ' + str(rank) + ', ' if rank is not None else ''}pid {f.evidence['pid']}"))
+        _wrapped(console, f"in {'rank ' + str(rank) + ', ' if rank is not None else ''}pid {f.evidence['pid']}")
     if f.where:
-        console.print(Text(f"    at {_one_line(f.where.label())}", style="dim"))
+        _wrapped(console, f"at {_one_line(f.where.label())}", style="dim")
+    if cause.count > 1:
+        shown = [_one_line(cause.place_label(place)) for place in cause.places[:_PLACES_SHOWN]]
+        more = f" and {cause.count - _PLACES_SHOWN} more" if cause.count > _PLACES_SHOWN else ""
+        _wrapped(console, "; ".join(shown) + more, labels=(("in: ", "bold"),))
     if f.detail:
-        console.print(Text("    " + _one_line(f.detail)))
+        _wrapped(console, _one_line(f.detail))
     if f.fix:
-        console.print(Text.assemble(("    fix: ", "green"), _one_line(f.fix)))
+        _wrapped(console, _one_line(f.fix), labels=(("fix: ", "green"),))
     if verbose and f.evidence:
         evidence = json.dumps(f.evidence, indent=2, default=str)
         console.print(Text(evidence[:_EVIDENCE_CHARS], style="dim"))
@@ -53,7 +108,7 @@ def _finding(console: Console, f: Finding, verbose: bool) -> None:
 def _table(table: ReportTable) -> Table:
     """A section's table without its wide columns; the first column is the row's key, folded, never cut."""
     shown = [i for i, column in enumerate(table.columns) if column not in table.wide_columns]
-    drawn = Table(title=table.title, title_justify="left", box=None, padding=(0, 1))
+    drawn = Table(box=None, padding=(0, 1), pad_edge=False)
     longest_key = max(len(row[0]) for row in table.rows)
     for i in shown:
         if i == 0:
@@ -68,7 +123,7 @@ def _table(table: ReportTable) -> Table:
 def render_terminal(report: Report, console: Console, *, verbose: bool = False, report_dir: str | None = None) -> None:
     report = with_strings(report, without_controls)  # a message's escape sequences must not drive the terminal
     report_dir = without_controls(report_dir) if report_dir else report_dir
-    console.print(Text.assemble(("dflashdoctor " + report.command, "bold"), "  ", subject(report)))
+    _wrapped(console, f"  {subject(report)}", labels=(("dflashdoctor " + report.command, "bold"),), indent="")
     sections = len(report.results) > 1  # run: one section per process
     for result in report.results:
         if sections or not result.checks:
@@ -76,26 +131,24 @@ def render_terminal(report: Report, console: Console, *, verbose: bool = False, 
         width = max((len(c.name) for c in result.checks), default=0)
         for check in result.checks:
             mark, style = _CHECK_STYLE[check.status]
-            console.print(
-                Text.assemble(
-                    "  ",
-                    (mark, style),
-                    " ",
-                    (_one_line(check.name).ljust(width), "bold"),
-                    "  ",
-                    _one_line(check.summary),
-                )
-            )
+            labels = ((mark, style), (" ", ""), (_one_line(check.name).ljust(width), "bold"), ("  ", ""))
+            _wrapped(console, _one_line(check.summary), labels=labels, indent="  ", hanging=" " * (width + 6))
         for table in result.tables:
             if table.rows:
-                console.print(_table(table))
+                console.print(Text(table.title, style="italic"))
+                with console.capture() as drawn:  # rich pads every cell: lines end without spaces
+                    console.print(_table(table))
+                for line in drawn.get().splitlines():
+                    row = Text.from_ansi(line)
+                    row.rstrip()
+                    console.print(row)
     console.print()
     console.print(Text(verdict_line(report), style=_VERDICT_STYLE[report.verdict]))
-    findings = sorted(report.findings(), key=lambda f: ("error", "warning", "info").index(f.severity))
-    if findings:
+    grouped = causes(report)  # one entry per cause, the root cause first
+    if grouped:
         console.print()
-        for f in findings:
-            _finding(console, f, verbose)
+        for cause in grouped:
+            _cause(console, cause, verbose)
     if report_dir:
         others = "report.json, .md, .sarif, junit.xml"
         console.print(Text(f"\nreport: {report_dir}/report.html (also {others})", style="dim"))

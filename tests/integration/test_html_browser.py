@@ -5,12 +5,14 @@ link inside it reaches its target (a finding to its call-site row and the row ba
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+from dflashdoctor.causes import group
 from dflashdoctor.commands.show import load_report
 from dflashdoctor.render.html import render_html
 from dflashdoctor.report import Report
@@ -41,6 +43,13 @@ def page():
         browser.close()
 
 
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def _plain(title: str) -> str:
+    return CODE_SPAN.sub(r"\1", title)
+
+
 def _expected_charts(report: Report) -> int:
     charts = sum(1 for r in report.results for c in r.comparisons if c.bars)
     charts += sum(1 for r in report.results for p in r.plots if any(line.points for line in p.lines) or p.marks)
@@ -53,7 +62,11 @@ def _check(page, html: Path, report: Report) -> None:
     assert page.problems == [], (html, page.problems)
     headings = page.locator(".finding h3")
     shown = [headings.nth(i) for i in range(headings.count())]
-    assert [h.inner_text() for h in shown] == [f"{f.code} {f.title}" for f in report.findings()], html
+    # each section's findings told once per cause, with how many places it has
+    told = [cause for r in report.results for cause in group((r.probe, f) for f in r.findings)]
+    # `code` spans are shown as code: the page's text has no backticks
+    said = [f"{c.code} {_plain(c.title)}" + (f" ×{c.count}" if c.count > 1 else "") for c in told]
+    assert [h.inner_text() for h in shown] == said, html
     assert all(h.is_visible() for h in shown), html
     charts = page.locator("svg.chart")
     assert charts.count() == _expected_charts(report), html
@@ -68,8 +81,9 @@ def _check(page, html: Path, report: Report) -> None:
     unanswered = page.evaluate(
         """() => [...document.querySelectorAll('.finding a[href^="#"]')].filter(a => {
             const row = document.getElementById(a.getAttribute('href').slice(1));
-            const finding = a.closest('.finding').id;
-            return !row.querySelector(`a[href="#${finding}"]`);
+            const finding = a.closest('.finding');
+            const ids = [finding.id, ...[...finding.querySelectorAll('span[id]')].map(s => s.id)];
+            return !ids.some(id => row.querySelector(`a[href="#${id}"]`));
         }).map(a => a.closest('.finding').id)"""
     )
     assert unanswered == [], (html, unanswered)
