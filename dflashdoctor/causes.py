@@ -35,7 +35,7 @@ class Place:
 
     def label(self) -> str:
         """The place in one line: its title (which names the layer or call), its process."""
-        process = [f"rank {self.rank}"] if self.rank is not None else []
+        process = [f"rank {self.rank}"] if self.rank is not None and f"rank {self.rank}" not in self.title else []
         process += [f"pid {self.pid}"] if self.pid else []
         return self.title + (f" ({', '.join(process)})" if process else "")
 
