@@ -18,8 +18,10 @@ import contextvars
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from dflashdoctor.errors import BadInput, MissingPackage
@@ -31,6 +33,7 @@ from dflashdoctor.gate.merge import drop_repeated_findings
 from dflashdoctor.gate.nodes import gate_nodes, nodes_report
 from dflashdoctor.gate.probe_options import OPTIONS_FROM_GATE
 from dflashdoctor.gate.run_smoke import remote_run_section, run_command, run_section, single_node_form
+from dflashdoctor.progress import Progress
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.runner import probe_env, probe_set, resolve_python
@@ -73,7 +76,19 @@ def _skipped(argv: list[str], probe: str, why: str) -> Report:
     return report
 
 
-def _probe_reports(config: GateConfig, python: str | None, ssh: str | None) -> tuple[list[Report], str | None]:
+def _told(progress: Progress | None, name: str, run: Callable[[], Report]) -> Report:
+    """A probe's report, its start and end told to `progress`."""
+    if progress is not None:
+        progress.started(name)
+    report = run()
+    if progress is not None:
+        progress.finished(name, report)
+    return report
+
+
+def _probe_reports(
+    config: GateConfig, python: str | None, ssh: str | None, progress: Progress | None
+) -> tuple[list[Report], str | None]:
     """The probes at once, forked from one probe host where they run here (forkserver/): each then
     skips importing torch, dynamo and Inductor, which is most of a warm probe's CPU time. Also what
     the host did, for the report's environment."""
@@ -84,7 +99,10 @@ def _probe_reports(config: GateConfig, python: str | None, ssh: str | None) -> t
     with probe_set() as running, host as opened, ThreadPoolExecutor(max_workers=workers) as pool:
         try:
             futures = [
-                pool.submit(contextvars.copy_context().run, _probe, name, config, python, ssh) for name in config.probes
+                pool.submit(
+                    contextvars.copy_context().run, _told, progress, name, partial(_probe, name, config, python, ssh)
+                )
+                for name in config.probes
             ]
             reports = [future.result() for future in futures]
         except BaseException:
@@ -103,31 +121,31 @@ def _local_python(python: str | None) -> str | None:
 
 
 def _gate_one(
-    config: GateConfig, environment: dict[str, str], python: str | None, ssh: str | None, argv: list[str]
+    config: GateConfig,
+    environment: dict[str, str],
+    python: str | None,
+    ssh: str | None,
+    argv: list[str],
+    progress: Progress | None = None,
 ) -> Report:
-    """The gate on one machine: this one, or `ssh`."""
+    """The gate on one machine: this one, or `ssh`; each probe's start and end told to `progress`."""
     started = time.monotonic()
     report = new_report("gate", argv)
     report.environment.update(environment)
-    reports, host = _probe_reports(config, python, ssh)
+    reports, host = _probe_reports(config, python, ssh, progress)
     if host is not None:
         report.environment["probe_host"] = host
     if config.run is not None:  # after the probes: see gate/run_smoke.py
         command = single_node_form(run_command(config.run))  # each node runs the smoke on its own
+        budgets = config.budgets()
         if ssh is None:
-            reports.append(run_section(command, config.run_steps, config.run_timeout, config.budgets(), argv))
+            smoke = partial(run_section, command, config.run_steps, config.run_timeout, budgets, argv)
         else:
-            reports.append(
-                remote_run_section(
-                    command,
-                    config.run_steps,
-                    config.run_timeout,
-                    config.budgets(),
-                    argv,
-                    ssh,
-                    probe_python(python, ssh),
-                )
+            remote = probe_python(python, ssh)
+            smoke = partial(
+                remote_run_section, command, config.run_steps, config.run_timeout, budgets, argv, ssh, remote
             )
+        reports.append(_told(progress, "run", smoke))
     for sub in reports:
         report.results.extend(sub.results)
         report.observations.update(sub.observations)
@@ -166,7 +184,8 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
         environment["gate_config_owner"] = source.owner
     with trusting(vouched):
         if not options.nodes:
-            return _gate_one(config, environment, options.python, options.ssh, argv)
+            with Progress("gate") as progress:
+                return _gate_one(config, environment, options.python, options.ssh, argv, progress)
         started = time.monotonic()
         outcomes = gate_nodes(
             options.nodes,

@@ -80,13 +80,17 @@ def _wrapped(
             console.print(Text(line, style=style))
 
 
+def _cause_title(console: Console, cause: Cause) -> None:
+    times = f"  ×{cause.count}" if cause.count > 1 else ""
+    severity = (f"[{cause.severity}] ", _SEVERITY_STYLE[cause.severity])
+    _wrapped(console, f"  {_one_line(cause.title)}{times}", labels=(severity, (cause.code, "bold")), indent="")
+
+
 def _cause(console: Console, cause: Cause, verbose: bool) -> None:
     """One cause: its title (with how many places), where, the places when there are several, what
     the first says in detail, the fix once."""
     f = cause.first
-    times = f"  ×{cause.count}" if cause.count > 1 else ""
-    severity = (f"[{f.severity}] ", _SEVERITY_STYLE[f.severity])
-    _wrapped(console, f"  {_one_line(cause.title)}{times}", labels=(severity, (f.code, "bold")), indent="")
+    _cause_title(console, cause)
     if cause.count == 1 and "pid" in f.evidence:  # a finding of one process of a run
         rank = f.evidence.get("rank")
         _wrapped(console, f"in {'rank ' + str(rank) + ', ' if rank is not None else ''}pid {f.evidence['pid']}")
@@ -125,15 +129,22 @@ def render_terminal(report: Report, console: Console, *, verbose: bool = False, 
     report_dir = without_controls(report_dir) if report_dir else report_dir
     _wrapped(console, f"  {subject(report)}", labels=(("dflashdoctor " + report.command, "bold"),), indent="")
     sections = len(report.results) > 1  # run: one section per process
+    # the gate's passing sections in a line each (their checks with -v): a passing gate reads in a glance
+    compact = report.command == "gate" and not verbose
     for result in report.results:
-        if sections or not result.checks:
+        shown = [c for c in result.checks if not compact or result.status != "pass" or c.status in ("fail", "warn")]
+        if compact and result.status == "pass":
+            mark, style = _CHECK_STYLE["pass"]
+            quiet = len(result.checks) - len(shown)
+            console.print(Text.assemble("  ", (mark, style), " ", (result.probe, "bold"), f"  pass · {quiet} checks"))
+        elif sections or not result.checks or compact:
             console.print(f"  [bold]{escape(result.probe)}[/]: {result.status}")
-        width = max((len(c.name) for c in result.checks), default=0)
-        for check in result.checks:
+        width = max((len(c.name) for c in shown), default=0)
+        for check in shown:
             mark, style = _CHECK_STYLE[check.status]
             labels = ((mark, style), (" ", ""), (_one_line(check.name).ljust(width), "bold"), ("  ", ""))
             _wrapped(console, _one_line(check.summary), labels=labels, indent="  ", hanging=" " * (width + 6))
-        for table in result.tables:
+        for table in result.tables if not (compact and result.status == "pass") else ():
             if table.rows:
                 console.print(Text(table.title, style="italic"))
                 with console.capture() as drawn:  # rich pads every cell: lines end without spaces
@@ -148,7 +159,16 @@ def render_terminal(report: Report, console: Console, *, verbose: bool = False, 
     if grouped:
         console.print()
         for cause in grouped:
+            if compact and cause.severity != "error":  # a passing gate's notes: their titles (-v: whole)
+                times = f"  ×{cause.count}" if cause.count > 1 else ""
+                severity = (f"[{cause.severity}] ", _SEVERITY_STYLE[cause.severity])
+                _wrapped(
+                    console, f"  {_one_line(cause.title)}{times}", labels=(severity, (cause.code, "bold")), indent=""
+                )
+                continue
             _cause(console, cause, verbose)
+        if compact and any(cause.severity != "error" for cause in grouped):
+            console.print(Text("(-v: every check, and each note in full)", style="dim"))
     if report_dir:
         others = "report.json, .md, .sarif, junit.xml"
         console.print(Text(f"\nreport: {report_dir}/report.html (also {others})", style="dim"))
