@@ -33,6 +33,7 @@ class Progress:
         self._running: dict[str, float] = {}  # probe -> when it started
         self._done: list[tuple[str, str, float]] = []  # (probe, verdict, seconds)
         self._live: Live | None = None
+        self._cut_short: dict[str, float] | None = None  # what ran when the stop came: said once stopped
 
     def __enter__(self) -> Progress:
         if self.live_display:
@@ -47,11 +48,20 @@ class Progress:
         if self._live is not None:
             self._live.stop()
         if kind is not None and not issubclass(kind, Exception):  # Ctrl-C, SIGTERM: say what was cut short
+            self.interrupted()
             with self._lock:
+                cut = self._cut_short or {}
+            if cut:
+                running = ", ".join(f"{name} ({seconds:.0f} s in)" for name, seconds in cut.items())
+                self._say(f"dflashdoctor {self.command}: stopped while running {running}; no report")
+
+    def interrupted(self) -> None:
+        """The stop came (before the running probes are stopped): what runs now was cut short, and
+        how those probes end from here is the stop's doing, not theirs, so it is not told."""
+        with self._lock:
+            if self._cut_short is None:
                 now = time.monotonic()
-                running = ", ".join(f"{name} ({now - since:.0f} s in)" for name, since in self._running.items())
-            if running:
-                self._say(f"dflashdoctor {self.command}: stopped while running {running}")
+                self._cut_short = {name: now - since for name, since in self._running.items()}
 
     def started(self, probe: str) -> None:
         with self._lock:
@@ -62,7 +72,8 @@ class Progress:
             since = self._running.pop(probe, time.monotonic())
             seconds = time.monotonic() - since
             self._done.append((probe, report.verdict, seconds))
-        if not self.live_display:
+            stopping = self._cut_short is not None
+        if not self.live_display and not stopping:
             self._say(f"dflashdoctor {self.command}: {probe} {report.verdict} in {seconds:.1f} s")
 
     def _say(self, line: str) -> None:

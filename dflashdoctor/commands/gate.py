@@ -108,6 +108,8 @@ def _probe_reports(
         except BaseException:
             # Stopped (SIGTERM, Ctrl-C), also before the last probe was asked for: the probes running in
             # the pool's threads, and those they start from now on, go too (the pool waits for them).
+            if progress is not None:
+                progress.interrupted()
             running.stop_all()
             raise
         return reports, opened.describe() if opened is not None else None
