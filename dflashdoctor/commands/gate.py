@@ -182,6 +182,8 @@ def gate(options: GateOptions, argv: list[str]) -> Report:
         if refused:
             raise BadInput(refused)
     environment = {"target": config.target, "gate_config": source.describe()}
+    if source.path is not None:  # where SARIF puts the gate's findings that have no line of their own
+        environment["gate_config_path"] = str(source.path)
     if source.owner is not None:
         environment["gate_config_owner"] = source.owner
     with trusting(vouched):
