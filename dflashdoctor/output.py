@@ -94,7 +94,9 @@ def emit(
     With `text` (lint's formats), that is what stdout shows, and the folder is written only where
     `report_dir` names one."""
     observations = report.observations_json()  # the probes' raw words, kept as they said them
+    files = report.files  # beside the report, as made (a trace is JSON: encodable already)
     report = encodable_report(report)
+    report.files = files
     if json_output:  # first: a report folder that fills up or is replaced mid-run cannot lose the report
         sys.stdout.write(report.to_json() + "\n")
         sys.stdout.flush()

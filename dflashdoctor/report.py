@@ -167,6 +167,9 @@ class Report:
     # What the probes saw, by probe name: written beside the report as observations.json (never
     # into report.json), so a report can be judged again, and a GPU run's judging tested on a CPU.
     observations: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Other files the report folder holds beside the formats, by name (run's trace.json): written
+    # with the report, never into report.json.
+    files: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def findings(self) -> list[Finding]:
         return [f for r in self.results for f in r.findings]
@@ -190,6 +193,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("observations")
+        data.pop("files")
         for result in data["results"]:  # a column is written only where known (lint): reports written
             for found in result["findings"]:  # before it had one read back as they were
                 if found["where"] is not None and found["where"]["column"] is None:
@@ -211,7 +215,7 @@ class Report:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a {SCHEMA} document (schema={data.get('schema')!r})")
         results = [probe_result_from_dict(r) for r in data.get("results", [])]
-        fields = {k: v for k, v in data.items() if k not in ("results", "schema", "observations", "causes")}
+        fields = {k: v for k, v in data.items() if k not in ("results", "schema", "observations", "causes", "files")}
         return cls(**fields, results=results)
 
     @classmethod

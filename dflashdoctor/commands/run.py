@@ -21,16 +21,22 @@ from dflashdoctor.limits import MAX_STEPS, count_problem
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.redaction import redact_argv
 from dflashdoctor.render import write_report_dir
-from dflashdoctor.report import Report
+from dflashdoctor.report import Check, Report
 from dflashdoctor.runs import launch
 from dflashdoctor.runs.events import LogReader
 from dflashdoctor.runs.observations import RunObservations
 from dflashdoctor.runs.parts import NodePart, node_part, wait_for_parts, write_part
+from dflashdoctor.runs.trace import trace_json
 from dflashdoctor.runs.watch import Interrupts, watch
 from dflashdoctor.safe_text import encodable_report
 from dflashdoctor.session import finish, new_report
 
-_CLAIM = ".claimed-by-a-run"  # not *.jsonl: the event reader never takes it for a process's log
+_CLAIM = ".claimed-by-a-run"
+_TRACE_NOTE = (
+    "trace.json in the report folder: each process's steps, dense calls, OOM and hang on a timeline "
+    "(open it in https://ui.perfetto.dev or chrome://tracing); for what happened inside each compile, "
+    "run with TORCH_TRACE=<folder> and read that folder with tlparse"
+)  # not *.jsonl: the event reader never takes it for a process's log
 
 
 @dataclass
@@ -113,6 +119,8 @@ def run(options: RunOptions, argv: list[str], budgets: Budgets | None = None) ->
             observations = RunObservations(command=redact_argv(options.command), outcome=outcome, processes=processes)
             report.observations["run"] = observations.to_dict()
             report.results.extend(judge(observations, budgets or Budgets()))
+            report.files["trace.json"] = trace_json(observations)
+            report.results[0].checks.append(Check("trace", "info", _TRACE_NOTE))
     instrumented = next((log.instrumented for log in observations.processes if log.instrumented), None)
     if instrumented:
         report.environment["torch"] = instrumented.get("torch")

@@ -40,13 +40,16 @@ FILES = {"report.json": "json", "report.html": "html", "report.md": "md", "junit
 
 def write_report_dir(report: Report, directory: Path, observations: str | None = None) -> Path:
     """Write every file format into `directory` (created if needed), and `observations.json` when
-    given (`Report.observations_json`); returns the directory. `report.json` comes last: a folder
+    given (`Report.observations_json`), and the report's other files (`Report.files`); returns the
+    directory. `report.json` comes last: a folder
     holding it is whole, which is how node 0 of a multi-node run knows another node's part is done.
     Each file replaces its name whole (report_folder.py), so a reader in another process sees the old
     file or the new one; observations.json, which holds environment values, is private to the user."""
     with ReportFolder.open(directory) as folder:
         if observations is not None:
             folder.write("observations.json", observations, private=True)
+        for name, text in sorted(report.files.items()):
+            folder.write(name, text)
         for name, format_name in sorted(FILES.items(), key=lambda item: item[0] == "report.json"):
             folder.write(name, FORMATS[format_name](report))
     return directory

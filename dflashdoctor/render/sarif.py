@@ -11,9 +11,9 @@ they name, in the checkout.
   (the configuration the gate read, the script `run` ran), else pyproject.toml, else
   dflashdoctor.toml.
 - `partialFingerprints` from the code, the file, the function, the module (a layer) and the title
-  without its numbers, so
-  a finding keeps its alert across runs and line moves; `automationDetails.id` per command, so a
-  gate's and a lint's uploads of one commit are two categories, not one overwriting the other.
+  without its numbers, so a finding keeps its alert across runs and line moves;
+  `automationDetails.id` per command, so a gate's and a lint's uploads of one commit are two
+  categories, not one overwriting the other.
 """
 
 from __future__ import annotations
