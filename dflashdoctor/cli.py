@@ -47,12 +47,14 @@ from dflashdoctor.report_folder import held
 from dflashdoctor.safe_text import encodable, without_controls
 from dflashdoctor.session import run_probe_command
 
+_HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(
     name="dflashdoctor",
     help="Diagnose compiled-attention training pipelines: torch.compile, flex_attention, Triton, FLA.",
     no_args_is_help=True,
-    add_completion=False,
+    context_settings=_HELP,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts are plain: `[tool.dflashdoctor]` is a TOML table, not markup
 )
 
 # Typer raises click's exceptions, from a vendored copy of click in newer releases: take the class
@@ -121,7 +123,8 @@ for _spec in PROBES.values():
 
 @app.command(
     "run",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, **_HELP},
+    options_metavar="[OPTIONS] -- COMMAND ARGS...",
 )
 def run_command(
     ctx: typer.Context,
@@ -153,10 +156,8 @@ def run_command(
     report_dir: ReportDirOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Run COMMAND (python ..., python -m ..., torchrun ...) with every Python process instrumented.
-
-    Usage: dflashdoctor run [OPTIONS] -- COMMAND ARGS...
-    """
+    """Run COMMAND (python ..., python -m ..., torchrun ...) with every Python process instrumented:
+    the command goes after `--`."""
     if "--" not in sys.argv:  # without it the command's own options (--steps, --json) would be taken as ours
         raise BadInput("put the command after --, e.g. dflashdoctor run -- python train.py")
     folder, part = report_folder(report_dir, list(ctx.args), os.environ)
