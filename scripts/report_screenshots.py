@@ -1,5 +1,6 @@
 """Screenshots of example reports for the docs, taken in the same headless Chromium as the browser
-test (tests/browser.py says where it comes from).
+test (tests/browser.py says where it comes from), at a laptop's width (1280 px) and a phone's
+(390 px, `-phone` in the name).
 
     python3 scripts/report_screenshots.py    # writes docs/screenshots/*.png
 """
@@ -22,6 +23,9 @@ SHOTS = {
 }
 
 
+WIDTHS = ((1280, ""), (390, "-phone"))
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
@@ -32,13 +36,15 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(chromium), args=launch_args(chromium))
-        page = browser.new_page(viewport={"width": 1100, "height": 1000})
-        for folder, selector in SHOTS.items():
-            page.goto((ROOT / "reports" / "examples" / folder / "report.html").as_uri())
-            page.locator(selector).first.scroll_into_view_if_needed()
-            page.evaluate(f"document.querySelector({selector!r}).scrollIntoView()")
-            page.screenshot(path=str(out / f"{folder}.png"))
-            print(out / f"{folder}.png")
+        page = browser.new_page()  # one page: the Chromium found may run as a single process
+        for width, suffix in WIDTHS:
+            page.set_viewport_size({"width": width, "height": 1000})
+            for folder, selector in SHOTS.items():
+                page.goto((ROOT / "reports" / "examples" / folder / "report.html").as_uri())
+                page.locator(selector).first.scroll_into_view_if_needed()
+                page.evaluate(f"document.querySelector({selector!r}).scrollIntoView()")
+                page.screenshot(path=str(out / f"{folder}{suffix}.png"))
+                print(out / f"{folder}{suffix}.png")
         browser.close()
 
 

@@ -34,10 +34,11 @@ _STYLE = """
 --code:#23262a;--good:#5cc58a;--bad:#ff7b72;--warn:#e3b341;--info:#79a6e8;--s0:#79a6e8;--s1:#f0883e;
 --s2:#5cc58a;--s3:#c297e8;--s4:#e3b341;--s5:#56c2d6}}
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;color:var(--fg);background:var(--bg);
-padding:0 1em}
+padding:0 1em;overflow-wrap:break-word}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.8em;border-bottom:1px solid var(--line)}
 code,pre{font:12px ui-monospace,monospace}pre{background:var(--code);padding:.6em;overflow:auto;max-height:24em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid var(--line);padding:.25em .6em;text-align:left}
+table{border-collapse:collapse;margin:.5em 0;display:block;max-width:100%;overflow-x:auto}
+p code,li code,h3 code{overflow-wrap:anywhere}td,th{border:1px solid var(--line);padding:.25em .6em;text-align:left}
 td{overflow-wrap:break-word}.wide{overflow-x:auto}
 a{color:var(--info)}.pass,.good{color:var(--good)}.fail,.error,.bad{color:var(--bad)}
 .warn,.warning{color:var(--warn)}.info,.skip{color:var(--info)}
@@ -49,6 +50,7 @@ border-color:var(--bad)}.summary.pass{border-color:var(--good)}
 .finding.error{border-color:var(--bad)}.finding.warning{border-color:var(--warn)}.finding.info{border-color:var(--info)}
 tr:target,.finding:target{outline:2px solid var(--info)}
 .charts{display:flex;flex-wrap:wrap;gap:1.5em}figure.chart-box{margin:.5em 0}figcaption{font-weight:bold}
+svg.chart{max-width:100%;height:auto}figure.chart-box{max-width:100%}
 svg.chart text{font:12px system-ui,sans-serif;fill:var(--fg)}svg.chart .axis{stroke:var(--muted)}
 svg.chart .mark{stroke:var(--bad);stroke-dasharray:4 3}svg.chart .mark-label{fill:var(--bad)}
 svg.chart rect.good{fill:var(--good)}svg.chart rect.bad{fill:var(--bad)}

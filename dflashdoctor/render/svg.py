@@ -95,6 +95,28 @@ def _ticks(low: float, high: float, count: int = 4) -> list[float]:
     return [low * (1 - i / count) + high * (i / count) for i in range(count + 1)]
 
 
+_NICE = (1.0, 2.0, 2.5, 5.0, 10.0)
+
+
+def _round_ticks(low: float, high: float, unit: str, count: int = 4) -> list[float]:
+    """Ticks at round numbers of the unit they are read in (0, 5, 10, 15 GiB; not 26.6, 53.2), from
+    at or below `low` to at or above `high`; the even split where rounding cannot work (a span near
+    the float limit, or none)."""
+    scales = _UNITS.get(unit, ((1, ""),))
+    top = max(abs(low), abs(high))
+    scale = next((s for s, _ in scales if top >= s), scales[-1][0])
+    span = (high - low) / scale
+    if not (math.isfinite(span) and span > 0):
+        return _ticks(low, high, count)
+    raw = span / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(n for n in _NICE if n * magnitude >= raw) * magnitude * scale
+    first, last = math.floor(low / step), math.ceil(high / step)
+    if not (math.isfinite(first * step) and math.isfinite(last * step)) or last - first > 4 * count:
+        return _ticks(low, high, count)
+    return [i * step for i in range(int(first), int(last) + 1)]
+
+
 def _fraction(value: float, low: float, high: float) -> float:
     """Where `value` lies from `low` (0) to `high` (1), for values anywhere in the float range."""
     span = high / 2 - low / 2
@@ -105,7 +127,7 @@ def line_chart(plot: Plot) -> str:
     finite = [[(x, y) for x, y in line.points if math.isfinite(x) and math.isfinite(y)] for line in plot.lines]
     points = [point for line in finite for point in line]
     xs = [x for x, _ in points] + [m.x for m in plot.marks if math.isfinite(m.x)]
-    if not xs:
+    if not xs or (not plot.marks and all(y == 0 for _, y in points)):  # nothing measured (memory on a CPU)
         return ""
     left, right, top_pad, bottom, width, height = 70, 16, 12, 34, 520, 180
     x_low, x_high = min(xs), max(xs)
@@ -113,6 +135,8 @@ def line_chart(plot: Plot) -> str:
     y_low, y_high = min([0.0, *ys]), max([0.0, *ys])  # the axis is at zero; values below it are drawn too
     if y_high == y_low:
         y_high = y_low + 1.0
+    y_ticks = _round_ticks(y_low, y_high, plot.unit)
+    y_low, y_high = min(y_low, y_ticks[0]), max(y_high, y_ticks[-1])  # the axis ends on a round tick
 
     def px(x: float) -> float:
         return left + _fraction(x, x_low, x_high) * width
@@ -128,7 +152,7 @@ def line_chart(plot: Plot) -> str:
         f'<line class="axis" x1="{left}" y1="{py(0):.1f}" x2="{left + width}" y2="{py(0):.1f}"/>',
         f'<line class="axis" x1="{left}" y1="{top_pad}" x2="{left}" y2="{top_pad + height}"/>',
     ]
-    for tick in _ticks(y_low, y_high):
+    for tick in y_ticks:
         label = escape(human(tick, plot.unit))
         parts.append(f'<text x="{left - 6}" y="{py(tick) + 4:.1f}" text-anchor="end">{label}</text>')
     for tick in sorted({round(t) for t in _ticks(x_low, x_high, 4 if x_high - x_low >= 4 else 1)}):  # whole steps

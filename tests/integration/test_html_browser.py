@@ -52,7 +52,12 @@ def _plain(title: str) -> str:
 
 def _expected_charts(report: Report) -> int:
     charts = sum(1 for r in report.results for c in r.comparisons if c.bars)
-    charts += sum(1 for r in report.results for p in r.plots if any(line.points for line in p.lines) or p.marks)
+    # a plot is drawn where it measured something: marks, or a value that is not zero (no memory chart
+    # of zeros for a CPU run)
+    drawn = [
+        p for r in report.results for p in r.plots if p.marks or any(y for line in p.lines for _, y in line.points)
+    ]
+    charts += len(drawn)
     return charts + (1 if report.command == "gate" and report.results else 0)
 
 
@@ -142,3 +147,24 @@ def test_dark_mode_and_print(page, tmp_path):
         except Exception as exc:  # only headless-shell builds print; say which did not
             pytest.skip(f"this Chromium does not print to PDF: {exc}")
         assert pdf.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_report_fits_a_laptop_and_a_phone_without_scrolling_sideways(page, width):
+    """Charts scale to the page (viewBox, max-width), wide tables scroll in their own box, and the
+    page itself never scrolls sideways; ticks are round numbers of their unit."""
+    page.set_viewport_size({"width": width, "height": 900})
+    for folder in ("h200-run-grows-until-oom", "h200-trace-drafter-eager-wrapper", "h200-raw-call"):
+        page.goto((ROOT / "reports" / "examples" / folder / "report.html").as_uri())
+        overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, (folder, width, overflow)
+        charts = page.locator("svg.chart")
+        for i in range(charts.count()):
+            box = charts.nth(i).bounding_box()
+            assert box is not None and box["x"] + box["width"] <= width, (folder, i, box)
+    page.goto((ROOT / "reports" / "examples" / "h200-run-grows-until-oom" / "report.html").as_uri())
+    ticks = page.evaluate(
+        """() => [...document.querySelectorAll('svg.chart text[text-anchor="end"]')]
+            .map(t => t.textContent).filter(t => t.endsWith('GiB'))"""
+    )
+    assert ticks and all(float(t.split()[0]) % 5 == 0 for t in ticks), ticks
