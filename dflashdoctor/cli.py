@@ -228,6 +228,7 @@ def gate_command(
         list[str] | None,
         typer.Option(
             "--ssh",
+            metavar="HOST",
             help="HOST, user@HOST or HOST:PORT: gate that machine over ssh; again for each node of a cluster.",
         ),
     ] = None,
@@ -239,6 +240,7 @@ def gate_command(
         list[Path] | None,
         typer.Option(
             "--trust",
+            metavar="PATH",
             parser=path_given,
             help="Run the configuration's code from here (a file, or a folder and what is below it) although "
             "another user owns it or could change it; again for more paths.",
@@ -305,7 +307,8 @@ def lint_command(
     ] = None,
     ignore: Annotated[str | None, typer.Option(help="Codes not reported, added to the config's.")] = None,
     exclude: Annotated[
-        list[str] | None, typer.Option(help="A gitignore-style glob of files not read (again for more).")
+        list[str] | None,
+        typer.Option(metavar="GLOB", help="A gitignore-style glob of files not read (again for more)."),
     ] = None,
     config: Annotated[
         Path | None,

@@ -77,7 +77,7 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show each fin
 PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter to probe with (default: this one).")]
 SshOpt = Annotated[
     str | None,
-    typer.Option("--ssh", help="\\[user@]host\\[:port]: run the probed side there through ssh (--python: its python)."),
+    typer.Option("--ssh", help="[user@]host[:port]: run the probed side there through ssh (--python: its python)."),
 ]
 TimeoutOpt = Annotated[
     float, typer.Option("--timeout", min=1, callback=seconds(), help="Seconds before a probe is killed.")
