@@ -76,18 +76,22 @@ def _skipped(argv: list[str], probe: str, why: str) -> Report:
     return report
 
 
-def _told(progress: Progress | None, name: str, run: Callable[[], Report]) -> Report:
-    """A probe's report, its start and end told to `progress`."""
+def _told(progress: Progress | None, name: str, run: Callable[[], Report], gate_started: float) -> Report:
+    """A probe's report, its start and end told to `progress`, and when it started after the gate
+    did kept in its sections (the report's timeline draws what ran side by side)."""
     if progress is not None:
         progress.started(name)
+    started_after = round(time.monotonic() - gate_started, 3)
     report = run()
+    for result in report.results:
+        result.measurements["started_after_s"] = started_after
     if progress is not None:
         progress.finished(name, report)
     return report
 
 
 def _probe_reports(
-    config: GateConfig, python: str | None, ssh: str | None, progress: Progress | None
+    config: GateConfig, python: str | None, ssh: str | None, progress: Progress | None, started: float
 ) -> tuple[list[Report], str | None]:
     """The probes at once, forked from one probe host where they run here (forkserver/): each then
     skips importing torch, dynamo and Inductor, which is most of a warm probe's CPU time. Also what
@@ -100,7 +104,12 @@ def _probe_reports(
         try:
             futures = [
                 pool.submit(
-                    contextvars.copy_context().run, _told, progress, name, partial(_probe, name, config, python, ssh)
+                    contextvars.copy_context().run,
+                    _told,
+                    progress,
+                    name,
+                    partial(_probe, name, config, python, ssh),
+                    started,
                 )
                 for name in config.probes
             ]
@@ -134,7 +143,7 @@ def _gate_one(
     started = time.monotonic()
     report = new_report("gate", argv)
     report.environment.update(environment)
-    reports, host = _probe_reports(config, python, ssh, progress)
+    reports, host = _probe_reports(config, python, ssh, progress, started)
     if host is not None:
         report.environment["probe_host"] = host
     if config.run is not None:  # after the probes: see gate/run_smoke.py
@@ -147,7 +156,7 @@ def _gate_one(
             smoke = partial(
                 remote_run_section, command, config.run_steps, config.run_timeout, budgets, argv, ssh, remote
             )
-        reports.append(_told(progress, "run", smoke))
+        reports.append(_told(progress, "run", smoke, started))
     for sub in reports:
         report.results.extend(sub.results)
         report.observations.update(sub.observations)

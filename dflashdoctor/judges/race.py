@@ -70,7 +70,8 @@ class RaceJudge(Judge):
         return self.result()
 
     def _trials_chart(self) -> None:
-        """Trials failed per fix and kind (forced, natural, real kernels tuning cold), to compare at a glance."""
+        """The share of trials that failed per fix and kind (forced, natural, real kernels tuning cold),
+        to compare at a glance; each bar's label says the counts."""
         obs = self.observations
         trials = [t for t in (obs.forced_unfixed, obs.forced_fixed) if t is not None]
         trials += [*obs.natural, *(obs.kernel_trials or [])]
@@ -79,11 +80,12 @@ class RaceJudge(Judge):
             kind = "forced" if trial.get("forced") else "cold kernels" if "binaries_cached" in trial else "natural"
             groups.setdefault(f"fix {trial.get('fix')}, {kind}", []).append(trial)
         bars = []
-        for label, group in groups.items():
+        for label, group in groups.items():  # a share: 2 of 2 and 3 of 6 are not one bar length apart
             failed = sum(1 for t in group if t.get("failed"))
-            bars.append(Bar(f"{label}: {failed} of {len(group)}", float(failed), "failed" if failed else "passed"))
+            share = 100.0 * failed / len(group)
+            bars.append(Bar(f"{label}: {failed} of {len(group)}", share, "failed" if failed else "passed"))
         if bars:
-            self.comparisons.append(Comparison(title="trials failed per fix", unit="trials", bars=bars))
+            self.comparisons.append(Comparison(title="share of trials that failed, per fix", unit="%", bars=bars))
 
     def _for_the_pipeline(self) -> None:
         """The forced reproduction proves the installed triton's autotuner is racy; that is this

@@ -23,7 +23,7 @@ from dflashdoctor.render.common import (
     summary_sentence,
     verdict_line,
 )
-from dflashdoctor.render.svg import bar_chart, line_chart
+from dflashdoctor.render.svg import bar_chart, line_chart, timeline_chart
 from dflashdoctor.report import Bar, Comparison, Finding, ProbeResult, Report, site_key
 from dflashdoctor.safe_text import with_strings, xml_legal
 
@@ -163,10 +163,18 @@ def _tables(result: ProbeResult, anchors: _Anchors) -> list[str]:
 
 
 def _probe_times(report: Report) -> str:
-    """The gate: one bar per probe with its time."""
-    bars = [Bar(r.probe, r.duration_s, r.status) for r in report.results]
-    if report.command != "gate" or not bars:
+    """The gate: what ran when, each probe from its start to its end (they run side by side: their
+    times add up to more than the gate took); a report written before starts were kept gets one bar
+    per probe with its time."""
+    if report.command != "gate" or not report.results:
         return ""
+    starts = [r.measurements.get("started_after_s") for r in report.results]
+    if all(isinstance(start, int | float) for start in starts):
+        spans = [
+            (r.probe, float(s), float(s) + r.duration_s, r.status) for r, s in zip(report.results, starts, strict=True)
+        ]
+        return f'<div class="charts">{timeline_chart("what ran when", spans)}</div>'
+    bars = [Bar(r.probe, r.duration_s, r.status) for r in report.results]
     return f'<div class="charts">{bar_chart(Comparison("time per probe", "seconds", bars))}</div>'
 
 

@@ -39,6 +39,44 @@ def human(value: float, unit: str) -> str:
     return f"{value / scale:.3g} {suffix}"
 
 
+def timeline_chart(title: str, spans: list[tuple[str, float, float, str]]) -> str:
+    """What ran when: a row per span (label, start and end seconds, note), drawn from the same zero,
+    so probes that ran side by side overlap, and the axis ends at the wall time, not their sum."""
+    spans = [
+        (label, start, end, note) for label, start, end, note in spans if math.isfinite(start + end) and end >= start
+    ]
+    if not spans:
+        return ""
+    width, row, label_w, value_w = 420, 24, 150, 110
+    end_all = max(end for _, _, end, _ in spans) or 1.0
+    height = row * len(spans) + 26
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{label_w + width + value_w}" '
+        f'height="{height}" viewBox="0 0 {label_w + width + value_w} {height}" role="img" '
+        f'aria-label="{escape(title)}"><title>{escape(title)}</title>'
+    ]
+    for i, (label, start, end, note) in enumerate(spans):
+        y = 4 + i * row
+        x = label_w + width * start / end_all
+        size = max(2.0, width * (end - start) / end_all)
+        kind = _NOTE_CLASS.get(note, _LINE_CLASSES[i % len(_LINE_CLASSES)])
+        parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{escape(label[:24])}</text>')
+        parts.append(f'<rect class="{kind}" x="{x:.1f}" y="{y + 3}" width="{size:.1f}" height="{row - 8}"/>')
+        parts.append(f'<text x="{x + size + 6:.1f}" y="{y + 15}">{escape(human(end - start, "seconds"))}</text>')
+    axis_y = 4 + len(spans) * row + 2
+    parts.append(f'<line class="axis" x1="{label_w}" y1="{axis_y}" x2="{label_w + width}" y2="{axis_y}"/>')
+    for tick in _round_ticks(0.0, end_all, "seconds"):
+        if tick <= end_all * 1.001:
+            x = label_w + width * tick / end_all
+            parts.append(
+                f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle">{escape(human(tick, "seconds"))}</text>'
+            )
+    parts.append("</svg>")
+    rows = [[label, human(start, "seconds"), human(end, "seconds"), note] for label, start, end, note in spans]
+    table = _text_table(["", "from", "to", "verdict"], rows)
+    return f'<figure class="chart-box"><figcaption>{escape(title)}</figcaption>{"".join(parts)}{table}</figure>'
+
+
 def _log_scaled(values: list[float], unit: str) -> bool:
     """Bytes and seconds that differ by orders of magnitude: a log scale shows both a 200x pair."""
     positive = [v for v in values if v > 0]

@@ -5,6 +5,7 @@ cache)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -35,6 +36,12 @@ def test_a_ci_log_gets_a_line_per_probe_and_a_passing_gate_reads_in_fifteen_line
     assert len(lines) <= 15, done.stdout
     assert "  ✔ check-compile  pass · " in done.stdout
     assert all(line == line.rstrip() for line in lines)
+    # the report's timeline: each probe from when it started, side by side, within the gate's time
+    (folder,) = (gate_folder / "reports").iterdir()
+    report = json.loads((folder / "report.json").read_text())
+    ends = [r["measurements"]["started_after_s"] + r["duration_s"] for r in report["results"]]
+    assert max(ends) <= report["duration_s"] + 0.5 < sum(r["duration_s"] for r in report["results"]) + 0.5
+    assert "what ran when" in (folder / "report.html").read_text()
 
 
 @pytest.mark.parametrize(("stop", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
