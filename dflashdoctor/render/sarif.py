@@ -25,6 +25,7 @@ import re
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from dflashdoctor import __version__
 from dflashdoctor.codes import CODES
@@ -52,7 +53,8 @@ def _in_checkout(file: str) -> str | None:
 
 
 def _physical(uri: str, line: int | None = None, column: int | None = None, *, base: bool = True) -> dict[str, Any]:
-    artifact: dict[str, Any] = {"uri": uri}
+    """A physical location; a path relative to the checkout is percent-encoded (a URI has no spaces)."""
+    artifact: dict[str, Any] = {"uri": quote(uri, safe="/") if base else uri}
     if base:
         artifact["uriBaseId"] = SRCROOT
     physical: dict[str, Any] = {"artifactLocation": artifact}

@@ -11,6 +11,7 @@ What happened inside a compile is not here: `TORCH_TRACE` and tlparse show that 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from dflashdoctor.runs.events import ProcessLog
@@ -38,7 +39,7 @@ def _process_events(log: ProcessLog, origin: float) -> list[dict[str, Any]]:
         first = previous + 1
         previous = step["step"]
         name = f"step {first}" if first == step["step"] else f"steps {first}-{step['step']}"
-        if times is not None and times["mean"] > 0:
+        if times is not None and math.isfinite(times["mean"]) and 0 < times["mean"] < 1e6:  # JSON has no inf
             duration = times["mean"] * step["covers"] * _MICROSECONDS
             span = {"ph": "X", "name": name, "cat": "step", "pid": pid, "tid": 0, "dur": round(duration, 1)}
             events.append(span | {"ts": round(at(step["t"]) - duration, 1), "args": {"step_s": times}})
