@@ -84,9 +84,10 @@ class Cause:
 
     def place_label(self, place: Place) -> str:
         """A place as the cause's list shows it: only what differs from the cause's title (the
-        layer, the call), with its process."""
+        layer, the call), with its process; where every place has the same title, its line and
+        module, else its section (a process of a run)."""
         title = self.title
-        short = place.title.removesuffix(f": {title}") if place.title != title else place.section
+        short = place.title.removesuffix(f": {title}") if place.title != title else place.where or place.section
         return Place(place.section, short, place.where, place.rank, place.pid).label()
 
     def to_dict(self) -> dict[str, Any]:
