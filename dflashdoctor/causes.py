@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class Cause:
     def count(self) -> int:
         return len(self.findings)
 
-    @property
+    @cached_property  # read once the grouping is done (every place's label asks for it)
     def title(self) -> str:
         """The finding's own title when it is told once or every place says the same; the part all
         say after their place (`layers.3.self_attn: <this>`) when only the place differs; else the

@@ -18,12 +18,10 @@ from dflashdoctor.commands.show import load_report
 from dflashdoctor.errors import BadInput
 from dflashdoctor.explain.classes import NEEDLES, SIGNALS
 from dflashdoctor.explain.diagnosis import diagnose
-from dflashdoctor.explain.reader import LINE_BYTES, Reader, blocks
+from dflashdoctor.explain.reader import Reader, blocks
 from dflashdoctor.placed_files import PlacedFileError, open_placed
 from dflashdoctor.report import Check, ProbeResult, Report
 from dflashdoctor.session import finish, new_report
-
-_MOST_TRACEBACK_CHARS = 1 << 20  # of one recorded traceback, its end (the agent keeps less)
 
 
 @dataclass
@@ -48,24 +46,26 @@ def read_logs(logs: list[str], reader: Reader) -> None:
             reader.feed_blocks(blocks(stream))
 
 
+# the commands whose report holds a run's recorded tracebacks: `run`, a gate that ran the training
+# command, the merge of a run on several nodes
+_WATCHED_A_RUN = ("run", "gate", "merge")
+
+
 def read_run(folder: Path, reader: Reader) -> int:
     """The tracebacks a `run` recorded (each uncaught exception, whole, with its process's rank),
     read as that rank's lines; returns how many."""
     report = load_report(folder / "report.json" if folder.is_dir() else folder)
-    if report.command != "run":
-        raise BadInput(f"{folder} holds a report of `{report.command}`, not of `run`")
+    if report.command not in _WATCHED_A_RUN:
+        raise BadInput(f"{folder} holds a report of `{report.command}`, not of `run` (nor a gate or merge of one)")
     told = 0
     for result in report.results:
         for found in result.findings:
             evidence = found.evidence if isinstance(found.evidence, dict) else {}
             traceback, rank = evidence.get("traceback"), evidence.get("rank")
-            if not isinstance(traceback, str) or not traceback:
-                continue
-            ranked = isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < 1 << 20
-            prefix = f"[rank{rank}]: ".encode() if ranked else b""
-            text = traceback[-_MOST_TRACEBACK_CHARS:].encode("utf-8", "replace")
-            reader.feed_lines(prefix + line[:LINE_BYTES] for line in text.split(b"\n"))
-            told += 1
+            if isinstance(traceback, str) and traceback:
+                ranked = isinstance(rank, int) and not isinstance(rank, bool)
+                reader.feed_text(traceback, rank if ranked else None)
+                told += 1
     return told
 
 

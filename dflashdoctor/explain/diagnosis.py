@@ -151,9 +151,9 @@ def diagnose(reading: Reading) -> Diagnosis:
 
 def diagnose_text(text: str, rank: int | None = None) -> Diagnosis:
     """One exception's printed traceback (what `run`'s agent records) read as a log of one rank."""
-    prefix = f"[rank{rank}]: ".encode() if rank is not None else b""
     reader = Reader(SIGNALS, NEEDLES)
-    return diagnose(reader.feed(prefix + line for line in text.encode("utf-8", "replace").split(b"\n")))
+    reader.feed_text(text, rank)
+    return diagnose(reader.finish())
 
 
 def is_known(diagnosis: Diagnosis) -> bool:

@@ -47,6 +47,7 @@ MAX_TRACEBACKS = 20  # the first and the last this many are kept
 MAX_FRAMES = 400  # of one traceback: the innermost
 MAX_SIGNAL_LINES = 5
 MAX_RANKS = 4096  # ranks whose first error is kept
+MAX_TEXT_CHARS = 1 << 20  # of one traceback given as a string: its end
 
 
 @dataclass
@@ -176,6 +177,13 @@ class Reader:
                 continue
             self.feed_lines(block.removesuffix(b"\n").split(b"\n"))
         return self.finish()
+
+    def feed_text(self, text: str, rank: int | None = None) -> None:
+        """One printed traceback held as a string (what `run`'s agent records per uncaught exception),
+        read as lines of `rank`: its end at most MAX_TEXT_CHARS, each line at most LINE_BYTES."""
+        prefix = f"[rank{rank}]: ".encode() if rank is not None and 0 <= rank < 1 << 20 else b""
+        data = text[-MAX_TEXT_CHARS:].encode("utf-8", "replace")
+        self.feed_lines(prefix + line[:LINE_BYTES] for line in data.split(b"\n"))
 
     def feed_lines(self, lines: Iterable[bytes]) -> None:
         for raw in lines:

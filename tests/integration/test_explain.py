@@ -112,3 +112,20 @@ def test_from_run_refuses_another_commands_report_and_a_log_given_with_it(tmp_pa
     ):
         done = _explain(*args, cwd=tmp_path)
         assert done.returncode == 2 and said in done.stderr and done.stderr.count(b"\n") == 1, done.stderr
+
+
+def test_from_run_reads_a_gate_whose_training_command_crashed(tmp_path):
+    """The next place a run's crash is kept: a gate with `run` set. Its report holds the run's
+    recorded traceback; `explain --from-run` reads it as it reads a `run`'s."""
+    script = LOGS / "produce" / "flex_dense_oom_cpu.py"
+    config = f'probes = ["env"]\nrun = "{sys.executable} {script}"\nrun_steps = 50\n'  # past its OOM at step 6
+    (tmp_path / "dflashdoctor.toml").write_text(config)
+    gated = subprocess.run(
+        [sys.executable, "-m", "dflashdoctor", "gate", "--report-dir", str(tmp_path / "gate")],
+        capture_output=True, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert gated.returncode == 1, gated.stdout[-3000:]
+    again = _explain("--from-run", str(tmp_path / "gate"), "--json", "--report-dir", str(tmp_path / "r"), cwd=tmp_path)
+    assert again.returncode == 1, again.stderr
+    (found,) = json.loads(again.stdout)["results"][0]["findings"]
+    assert found["code"] == "log-flex-dense" and found["where"]["file"] == str(script) and found["where"]["line"] == 18

@@ -8,22 +8,14 @@ import threading
 
 import torch
 import triton
-import triton.language as tl
 
+from tests.realworld.logs.produce.cache_step_gpu import rms_norm_kernel as plain_rms_norm_kernel
 
-@triton.autotune(
+# cache_step_gpu.py's RMSNorm kernel, autotuned over launch configs as FLA's norms are
+rms_norm_kernel = triton.autotune(
     configs=[triton.Config({}, num_warps=w, num_stages=s) for w in (1, 2, 4, 8, 16) for s in (1, 2, 3)],
     key=["N"],
-)
-@triton.jit
-def rms_norm_kernel(x_ptr, w_ptr, out_ptr, N, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    inside = cols < N
-    x = tl.load(x_ptr + row * N + cols, mask=inside, other=0.0).to(tl.float32)
-    rstd = 1 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
-    w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * N + cols, x * rstd * w, mask=inside)
+)(plain_rms_norm_kernel)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
