@@ -161,6 +161,19 @@ def _options() -> argparse.Namespace:
         "inside it transformers hands the raw flex_attention to the model's graph)",
     )
     parser.add_argument(
+        "--inputs",
+        choices=("host", "device"),
+        default="host",
+        help="where each step's random inputs are drawn: host (the CPU, then copied: a host-bound step) "
+        "or device (as a trainer whose target model runs on the GPU has them)",
+    )
+    parser.add_argument(
+        "--lockstep",
+        metavar="PREFIX",
+        help="take each step only when PREFIX.go gives a byte, and give one to PREFIX.done after it "
+        "(FIFOs: a benchmark alternates the steps of two processes in time)",
+    )
+    parser.add_argument(
         "--agent-at",
         choices=("imports", "model"),
         help="start run's agent here, after the imports or after the model is built (not under run)",
@@ -204,16 +217,17 @@ def train(args: argparse.Namespace, folder: str) -> None:
     if args.agent_at == "model":
         _start_agent(folder)
     optimizer = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=1e-5)
-    generator = torch.Generator().manual_seed(1)
+    drawn_on = args.device if args.inputs == "device" else "cpu"
+    generator = torch.Generator(drawn_on).manual_seed(1)
 
     def step() -> float:
-        anchors = torch.randint(1, args.context, (1, args.blocks), generator=generator).sort(dim=1).values
-        mask = dflash_block_mask(anchors.to(args.device), args.context, args.device)
-        target_hidden = torch.randn(1, args.context, args.target_layers * args.hidden, generator=generator).to(
-            args.device, dtype
-        )
-        draft_tokens = torch.randint(0, args.vocab, (1, args.blocks * DRAFT_BLOCK), generator=generator).to(args.device)
-        labels = torch.randint(0, args.vocab, (1, args.blocks * DRAFT_BLOCK), generator=generator).to(args.device)
+        anchors = torch.randint(1, args.context, (1, args.blocks), generator=generator, device=drawn_on)
+        mask = dflash_block_mask(anchors.sort(dim=1).values.to(args.device), args.context, args.device)
+        hidden_shape = (1, args.context, args.target_layers * args.hidden)
+        target_hidden = torch.randn(hidden_shape, generator=generator, device=drawn_on).to(args.device, dtype)
+        tokens = (1, args.blocks * DRAFT_BLOCK)
+        draft_tokens = torch.randint(0, args.vocab, tokens, generator=generator, device=drawn_on).to(args.device)
+        labels = torch.randint(0, args.vocab, tokens, generator=generator, device=drawn_on).to(args.device)
         with torch.enable_grad() if cuda else torch.no_grad():  # flex has no backward on the CPU
             logits = drafter(draft_tokens, target_hidden, mask)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
@@ -224,20 +238,41 @@ def train(args: argparse.Namespace, folder: str) -> None:
         return float(loss.detach())
 
     times = []
+    turns = _Lockstep(args.lockstep) if args.lockstep else None
     for index in range(args.steps):
         if cuda:
             torch.cuda.synchronize()
+        if turns is not None:
+            turns.wait()
         started = time.perf_counter()
         loss = step()
         if cuda:
             torch.cuda.synchronize()
         elapsed_ms = (time.perf_counter() - started) * 1e3
+        if turns is not None:
+            turns.done()
         print(f"step {index}: loss {loss:.4f}, {elapsed_ms:.2f} ms", flush=True)
         if index >= args.warmup:
             times.append(elapsed_ms)
     print(f"median step ms: {statistics.median(times):.3f}", flush=True)
     if args.profile_steps:
         _profiled(step, args.profile_steps, cuda)
+
+
+class _Lockstep:
+    """Steps taken in turn with another process: a byte from PREFIX.go lets one step run, a byte to
+    PREFIX.done says it ended (the benchmark holds the other ends)."""
+
+    def __init__(self, prefix: str) -> None:
+        self._go = open(f"{prefix}.go", "rb", buffering=0)  # noqa: SIM115 - held for the whole run
+        self._done = open(f"{prefix}.done", "wb", buffering=0)  # noqa: SIM115
+
+    def wait(self) -> None:
+        if not self._go.read(1):
+            raise SystemExit("lockstep: the benchmark went away")
+
+    def done(self) -> None:
+        self._done.write(b".")
 
 
 def _profiled(step: object, steps: int, cuda: bool) -> None:

@@ -30,8 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dflashdoctor.agent.config import RunSettings
-from dflashdoctor.runs.launch import bootstrap_folder, child_environment
+from run_cost_settled import mode_command
 
 _PROGRAM = str(Path(__file__).with_name("held_out_drafter.py"))
 _MODES = ("plain", "run", "bootstrap", "after-imports", "after-model")
@@ -43,27 +42,11 @@ _FIGURES = {
 
 
 def _command(mode: str, program_args: list[str], scratch: Path) -> tuple[list[str], dict[str, str] | None]:
-    """The process line and environment of one mode; "bootstrap" is the environment `run` gives its
-    command (the agent before the first import, in the program and every Python child it starts)
-    without the doctor itself watching."""
+    """The process line and environment of one mode; "bootstrap" is run_cost_settled.py's "agent"."""
     program = [sys.executable, _PROGRAM, *program_args]
-    if mode == "run":
-        return [
-            sys.executable,
-            "-m",
-            "dflashdoctor",
-            "run",
-            "--report-dir",
-            str(scratch / "report"),
-            "--",
-            *program,
-        ], None
-    if mode == "bootstrap":
-        (scratch / "events").mkdir()
-        return program, child_environment(bootstrap_folder(), scratch / "events", RunSettings())
     if mode.startswith("after-"):
         return [*program, "--agent-at", mode.removeprefix("after-")], None
-    return program, None
+    return mode_command({"bootstrap": "agent"}.get(mode, mode), program, scratch)
 
 
 def _figures(output: str) -> dict[str, float]:

@@ -29,8 +29,7 @@ class _AfterExec(importlib.abc.Loader):
         module.__loader__ = self.loader  # leave the module as if we were never there
         if module.__spec__ is not None:
             module.__spec__.loader = self.loader
-        callback = _watcher.take(self.name)  # once: a spec asked for twice still runs it once
-        if callback is not None:
+        for callback in _watcher.take(self.name):  # once: a spec asked for twice still runs them once
             callback(module)
 
     def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
@@ -39,7 +38,7 @@ class _AfterExec(importlib.abc.Loader):
 
 class _Watcher(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
-        self.callbacks: dict[str, Callback] = {}
+        self.callbacks: dict[str, list[Callback]] = {}
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         """The callback stays until the module really executes: libraries ask for torch's spec
@@ -56,21 +55,22 @@ class _Watcher(importlib.abc.MetaPathFinder):
                 return spec
         return None
 
-    def take(self, name: str) -> Callback | None:
-        callback = self.callbacks.pop(name, None)
+    def take(self, name: str) -> list[Callback]:
+        callbacks = self.callbacks.pop(name, [])
         if not self.callbacks and self in sys.meta_path:  # nothing left to watch: out of the way
             sys.meta_path.remove(self)
-        return callback
+        return callbacks
 
 
 _watcher = _Watcher()
 
 
 def when_imported(name: str, callback: Callback) -> None:
-    """`callback(module)` once `name` is imported; at once if it already is."""
+    """`callback(module)` once `name` is imported; at once if it already is. Several callbacks for
+    one name run in the order given."""
     if name in sys.modules:
         callback(sys.modules[name])
         return
-    _watcher.callbacks[name] = callback
+    _watcher.callbacks.setdefault(name, []).append(callback)
     if _watcher not in sys.meta_path:
         sys.meta_path.insert(0, _watcher)

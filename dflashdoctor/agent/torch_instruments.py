@@ -48,6 +48,9 @@ _NOT_WRITTEN = not_written(DenseEvent)  # the event's own state, never in a writ
 
 
 def _dynamo_disabled() -> bool:
+    """TORCHDYNAMO_DISABLE as dynamo read it; never imports dynamo (a second of CPU) to ask."""
+    if "torch._dynamo" not in sys.modules:
+        return False
     try:
         return bool(torch._dynamo.config.disable)
     except AttributeError:

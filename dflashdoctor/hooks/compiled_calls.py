@@ -4,7 +4,9 @@ At run time such a call is part of a compiled graph: no Python runs at it, and b
 there would either be traced into the graph or break it. Dynamo's `comptime` instead runs a
 function once, at trace time, with the user backtrace dynamo is tracing; it adds nothing to the
 graph and installs no guard. Eagerly, the recorders never call it. Guarded: a torch without
-comptime, or a backtrace that does not parse, records nothing.
+comptime, or a backtrace that does not parse, records nothing. `comptime` is read from dynamo as
+dynamo finishes importing (only inside a compiled region is it called, and dynamo is loaded there):
+a process that never compiles does not import dynamo for it.
 
 Probed side: standard library and torch.
 """
@@ -17,10 +19,21 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    from torch._dynamo.comptime import comptime
-except ImportError:  # a torch without dynamo's comptime: outer-region calls go unlisted
-    comptime = None
+from dflashdoctor.agent.post_import import when_imported
+
+comptime: Any = None  # dynamo's, once loaded; the recorders read it as `compiled_calls.comptime`
+
+
+def _dynamo_loaded(_module: Any) -> None:
+    global comptime
+    try:
+        from torch._dynamo.comptime import comptime as dynamo_comptime
+    except ImportError:  # a torch without dynamo's comptime: outer-region calls go unlisted
+        return
+    comptime = dynamo_comptime
+
+
+when_imported("torch._dynamo", _dynamo_loaded)
 
 _HOOKS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # the recorders' own frames
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')

@@ -27,6 +27,7 @@ import linecache
 import os
 import re
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from types import CodeType, FrameType
@@ -34,10 +35,11 @@ from typing import Any
 
 import torch
 
-from dflashdoctor.hooks import executed_files
+from dflashdoctor.agent.post_import import when_imported
+from dflashdoctor.hooks import compiled_calls, executed_files
 from dflashdoctor.hooks.call_stats import CallStats
 from dflashdoctor.hooks.compile_origin import library_of, origin
-from dflashdoctor.hooks.compiled_calls import comptime, traced_call, traced_tensor
+from dflashdoctor.hooks.compiled_calls import traced_call, traced_tensor
 from dflashdoctor.hooks.dynamo_skip import skip_frame, skip_tree
 from dflashdoctor.hooks.flex_dense import INSTRUMENTATION, DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
@@ -47,6 +49,7 @@ _FLEX_MODULE = "torch.nn.attention.flex_attention"
 _COMPILE_ARGUMENT = re.compile(r"\bcompile\(\s*([\w.\[\]]+)\s*[,)]")
 _MODULE_COMPILE = re.compile(r"([\w.\[\]]+)\.compile\(")  # `block.compile(backend=...)`: nn.Module.compile
 _COMPILE_CALLS_KEPT = 64
+_FAST_SITES_KEPT = 4096  # calling modules remembered by identity
 _SOURCE_KEPT = 200  # characters of the compile call's line kept, to quote it in a fix
 COMPILED_WRAPPER = "compiled wrapper"
 RAW = "raw flex_attention"
@@ -88,25 +91,34 @@ def _compiled_block(name: str, by_name: dict[str, list[Any]]) -> bool:
     return False
 
 
-def _prime_dynamo_tables() -> None:
-    """Make dynamo read `torch.compile` before the recorder replaces it.
+def _prime_dynamo_tables(real_compile: Callable[..., Any]) -> None:
+    """Make dynamo read the real `torch.compile`, not the recorder's stand-in.
 
     Dynamo treats `torch.compile` called inside traced code as a no-op, finding it in two tables it
     builds once per process (functools.cache) from whatever `torch.compile` is at that moment. Built
     while the replacement is in place, they would name the replacement forever, and the real
     `torch.compile` inside a compiled region would become a graph break after the recorder has gone.
+    So they are built with the real one in place: now where dynamo is loaded, else as it finishes
+    loading (a process that never compiles never imports it, and must not pay a second for it here).
     """
+    if "torch._dynamo" not in sys.modules:
+        when_imported("torch._dynamo", lambda _module: _prime_dynamo_tables(real_compile))
+        return
     import importlib
 
-    for module_name, owner, attr in (
-        ("torch._dynamo.trace_rules", None, "get_torch_obj_rule_map"),
-        ("torch._dynamo.variables.torch", "TorchInGraphFunctionVariable", "_get_handlers"),
-    ):
-        try:
-            namespace = importlib.import_module(module_name)
-            getattr(getattr(namespace, owner) if owner else namespace, attr)()
-        except Exception:  # another torch: its tables are not ours to prime; tracing goes on
-            continue
+    current, torch.compile = torch.compile, real_compile  # type: ignore[assignment]
+    try:
+        for module_name, owner, attr in (
+            ("torch._dynamo.trace_rules", None, "get_torch_obj_rule_map"),
+            ("torch._dynamo.variables.torch", "TorchInGraphFunctionVariable", "_get_handlers"),
+        ):
+            try:
+                namespace = importlib.import_module(module_name)
+                getattr(getattr(namespace, owner) if owner else namespace, attr)()
+            except Exception:  # another torch: its tables are not ours to prime; tracing goes on
+                continue
+    finally:
+        torch.compile = current  # type: ignore[assignment]
 
 
 @dataclass(kw_only=True)
@@ -152,6 +164,8 @@ class FlexCallRecorder:
         self.namer = namer
         self.on_call = on_call
         self.sites: dict[tuple[str, int, int, str | None], FlexSite] = {}
+        # (caller code, line, wrapper id, id of the calling module) -> (that module, weakly; its site)
+        self._site_by_owner: dict[tuple[CodeType, int, int, int], tuple[Any, FlexSite]] = {}
         self._wrappers: dict[int, Callable[..., Any]] = {}
         self.compile_calls: list[dict[str, Any]] = []  # the user's torch.compile calls, for causes
         self._not_user_compiles: set[CodeType] = set()  # code whose torch.compile calls are not the user's
@@ -162,9 +176,9 @@ class FlexCallRecorder:
         self._executed = executed_files.Recording() if watch_exec else None
 
     def __enter__(self) -> FlexCallRecorder:
-        _prime_dynamo_tables()
         self._module = sys.modules.get(_FLEX_MODULE) or __import__(_FLEX_MODULE, fromlist=["flex_attention"])
         self._raw, self._real_compile = self._module.flex_attention, torch.compile
+        _prime_dynamo_tables(self._real_compile)
         self._real_set_stance = getattr(torch.compiler, "set_stance", None)
         self._stand_in = self._recording(self._raw, via=RAW)
         self._module.flex_attention = self._stand_in
@@ -296,8 +310,8 @@ class FlexCallRecorder:
         @functools.wraps(fn, updated=())  # not __dict__: a compiled fn's dynamo marks would skip us
         def recording_flex(query, key, value, *args, **kwargs):
             if torch.compiler.is_compiling():
-                if comptime is not None:
-                    comptime(note_traced_call)
+                if compiled_calls.comptime is not None:
+                    compiled_calls.comptime(note_traced_call)
                 return fn(query, key, value, *args, **kwargs)
             caller = sys._getframe(1)
             if via == TRANSFORMERS_COMPILED:
@@ -315,8 +329,9 @@ class FlexCallRecorder:
                 with contextlib.suppress(Exception):  # but the program sees its own exception
                     self._call_ended(site, query, key, mask, before)
                 raise
-            self._call_ended(site, query, key, mask, before)
-            self.dense.watch_backward(out, site)
+            if self._call_ended(site, query, key, mask, before):
+                # flex's backward is dense exactly where its forward was: only then is it watched
+                self.dense.watch_backward(out, site)
             return out
 
         skip_frame(recording_flex)  # one code object for every stand-in: marked once, cheaply again
@@ -325,8 +340,22 @@ class FlexCallRecorder:
 
     def _site_of(self, caller: FrameType, wrapper: Any, via: str, about: dict[str, Any]) -> FlexSite:
         """The site of an eager call from `caller` through `wrapper`: one line serves many layers,
-        so a site is keyed by the calling module too."""
-        module = self.namer.calling_module(caller)
+        so a site is keyed by the calling module too. Every call after a site's first finds it by the
+        calling module object, without naming it again (a weak reference tells a module freed and its
+        id reused)."""
+        owner = self.namer.calling_self(caller)
+        fast_key = (caller.f_code, caller.f_lineno, id(wrapper), id(owner))
+        known = self._site_by_owner.get(fast_key)
+        if known is not None and (known[0] is None or known[0]() is owner):
+            return known[1]
+        site = self._new_site(caller, owner, wrapper, via, about)
+        if len(self._site_by_owner) >= _FAST_SITES_KEPT:  # modules made anew every step: stay bounded
+            self._site_by_owner.clear()
+        self._site_by_owner[fast_key] = (weakref.ref(owner) if owner is not None else None, site)
+        return site
+
+    def _new_site(self, caller: FrameType, owner: Any, wrapper: Any, via: str, about: dict[str, Any]) -> FlexSite:
+        module = self.namer.name(owner, caller) if owner is not None else None
         site_key = (caller.f_code.co_filename, caller.f_lineno, id(wrapper), module)
         site = self.sites.get(site_key)
         if site is None:
@@ -364,11 +393,14 @@ class FlexCallRecorder:
                     self.sites[(*key[:3], name, "traced")] = replace(site, module=name, shared_graph_of=site.module)
                     known.add(name)
 
-    def _call_ended(self, site: FlexSite, query: Any, key: Any, mask: Any, before: int) -> None:
-        """A method, not a closure per call: this runs inside the user's training step."""
+    def _call_ended(self, site: FlexSite, query: Any, key: Any, mask: Any, before: int) -> bool:
+        """Whether the call ran dense. A method, not a closure per call: this runs inside the user's
+        training step."""
         if self.on_call is not None:
             self.on_call(site, False)
-        site.observe(query, key, mask, training=bool(query.requires_grad), dense=self.dense.events_since(before))
+        dense = self.dense.events_since(before)
+        site.observe(query, key, mask, training=bool(query.requires_grad), dense=dense)
+        return bool(dense)
 
     def name_wrappers(self, namespaces: dict[str, dict[str, Any]]) -> None:
         """Find the names each recording wrapper is bound to: `label:attr` for a module-level name,
@@ -403,6 +435,7 @@ class FlexCallRecorder:
 # bookkeeping never compiled as frames of their own (dynamo_skip.py says why)
 for _bookkeeping in (
     FlexCallRecorder._site_of,
+    FlexCallRecorder._new_site,
     FlexCallRecorder._call_ended,
     FlexCallRecorder._compile,  # torch.compile's stand-in: compiling is lazy, no user code runs in it
     FlexCallRecorder._set_stance,

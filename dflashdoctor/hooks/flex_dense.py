@@ -36,6 +36,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from dflashdoctor.agent.post_import import when_imported
 from dflashdoctor.hooks.dynamo_skip import skip_tree
 from dflashdoctor.hooks.graph_nodes import GENERATED, GraphNode, node_of, resolve_module
 from dflashdoctor.observations import DenseEvent
@@ -271,13 +272,21 @@ class DenseFlexRecorder:
         self._facts: dict[int, tuple[CodeType, int]] = {}
         # (id(code), line) of a generated graph -> (code, the node's module path and class, or None).
         self._graph_lines: dict[tuple[int, int], tuple[CodeType, tuple[str, str] | None]] = {}
-        self._disable_codes = _disable_wrapper_codes()
         self._recompute_codes = _recompute_codes()
-        self._stance_of = _stance_reader()
+        # dynamo's own, read once it is loaded (a dense call before then has no disabled region, no stance)
+        self._disable_codes: tuple[CodeType, ...] = ()
+        self._stance_of: Callable[[], str | None] = lambda: None
+        when_imported("torch._dynamo", self._dynamo_loaded)
         # where the user last set the compiler stance (`file:line`), told by the flex-call recorder
         self.stance_set_at: str | None = None
         # Sees each dense forward's event and the op's arguments before its kernel runs (fix_replay.FixReplay).
         self.capture: Callable[[DenseEvent, tuple[Any, ...], dict[str, Any]], None] | None = None
+
+    def _dynamo_loaded(self, _module: Any) -> None:
+        """What is read from dynamo itself, read as it finishes loading: not imported for this where
+        the program never compiles."""
+        self._disable_codes = _disable_wrapper_codes()
+        self._stance_of = _stance_reader()
 
     def __enter__(self) -> DenseFlexRecorder:
         self.unavailable = self._install()
@@ -361,6 +370,8 @@ class DenseFlexRecorder:
     def events_since(self, before: int) -> list[DenseEvent]:
         """This thread's events after `before` (a `mark()`): other threads (data-parallel pairs in a
         thread pool) append their own kernels to the same list meanwhile."""
+        if self.dropped + len(self.events) == before:  # nothing dense anywhere since: every fused call
+            return []
         me = threading.current_thread().name
         return [event for event in self.events[max(0, before - self.dropped) :] if event.thread == me]
 

@@ -32,8 +32,9 @@ from typing import Any
 
 import torch
 
+from dflashdoctor.hooks import compiled_calls
 from dflashdoctor.hooks.call_stats import CallStats
-from dflashdoctor.hooks.compiled_calls import comptime, traced_call, traced_tensor
+from dflashdoctor.hooks.compiled_calls import traced_call, traced_tensor
 from dflashdoctor.hooks.dynamo_skip import skip_frame, skip_tree
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
@@ -291,8 +292,8 @@ class HFAttentionRecorder:
 
         def recording_attention(module, query, key, value, attention_mask, *args, **kwargs):
             if torch.compiler.is_compiling():
-                if comptime is not None:
-                    comptime(note_traced_call)
+                if compiled_calls.comptime is not None:
+                    compiled_calls.comptime(note_traced_call)
                 return fn(module, query, key, value, attention_mask, *args, **kwargs)
             before = self.dense.mark()
             calling = self._calling
@@ -308,7 +309,8 @@ class HFAttentionRecorder:
                 site.file, site.line, site.function = caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name
             dense = self.dense.events_since(before)
             site.observe(query, key, attention_mask, training=bool(module.training), dense=dense)
-            self.dense.watch_backward(result, site)
+            if dense:  # flex's backward is dense exactly where its forward was: only then is it watched
+                self.dense.watch_backward(result, site)
             return result
 
         recording_attention.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -323,8 +325,8 @@ class HFAttentionRecorder:
 
         def layer_called(module: torch.nn.Module, args: Any, output: Any) -> None:
             if torch.compiler.is_compiling():
-                if comptime is not None:
-                    comptime(note_traced_call)
+                if compiled_calls.comptime is not None:
+                    compiled_calls.comptime(note_traced_call)
                 return
             if module in self._via_interface:
                 return

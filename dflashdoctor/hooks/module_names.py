@@ -60,15 +60,21 @@ class ModuleNamer:
 
     def calling_module(self, frame: FrameType | None) -> str | None:
         """The name of the innermost module whose forward is on the stack above `frame`."""
+        module = self.calling_self(frame)
+        return self.name(module, frame) if module is not None else None
+
+    @staticmethod
+    def calling_self(frame: FrameType | None) -> torch.nn.Module | None:
+        """The innermost module whose forward is on the stack above `frame`, unnamed (cheap)."""
         while frame is not None:
             # f_locals builds a dict per frame: read it only where the code has a `self`
             if "self" in frame.f_code.co_varnames or "self" in frame.f_code.co_cellvars:
                 candidate = frame.f_locals.get("self")
                 if isinstance(candidate, torch.nn.Module):
-                    return self.name(candidate, frame)
+                    return candidate
             frame = frame.f_back
         return None
 
 
-for _lookup in (ModuleNamer.name, ModuleNamer.calling_module):
+for _lookup in (ModuleNamer.name, ModuleNamer.calling_module, ModuleNamer.calling_self):
     skip_tree(_lookup)  # bookkeeping, called from stand-ins' frames (dynamo_skip.py says why)

@@ -108,6 +108,10 @@ class Launched:
             raise BadInput(f"cannot start {program}: {os.strerror(int(first.split()[1]))}")
         raise RuntimeError(f"run's launcher ended before it started the command (exit {self._launcher.returncode})")
 
+    def fileno(self) -> int:
+        """Readable when the launcher has something to say (the command's exit): a watch sleeps on it."""
+        return self._status
+
     def poll(self) -> int | None:
         return self._ended(0)
 

@@ -4,14 +4,22 @@ Progress is any event from any instrumented process (the agent's sampler writes 
 thread runs Python). When none comes for `hang_timeout_s`, every live instrumented process's stacks
 are taken and the run is stopped: SIGTERM to the whole process group (the agent snapshots on it),
 SIGKILL after a grace period. Ctrl-C is forwarded as SIGINT, then the same stop.
+
+The watch costs the program nothing it could measure: it sleeps until something is due (the
+command's end, said by the launcher; a signal; the next progress line; the moment a silence would
+become a hang; the deadline), on a thread of its own that steps aside (runs/priority.py). Nothing
+is polled: a run of a day wakes it a few thousand times in all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,9 +29,9 @@ from dflashdoctor.processes import pid_alive
 from dflashdoctor.records import HangRecord, LeftRunningRecord
 from dflashdoctor.runs.events import LogReader, last_activity
 from dflashdoctor.runs.launch import Launched
+from dflashdoctor.runs.priority import step_aside
 from dflashdoctor.runs.stacks import dump_stacks
 
-_POLL_S = 0.2
 _PROGRESS_LINE_EVERY_S = 10.0
 _GRACE_S = 10.0
 
@@ -44,13 +52,16 @@ class Interrupts:
     raised, so that the command is stopped and what was seen is reported (a doctor stopped stops its
     run too; its terminal gone, the same, not a dead doctor). Caught from before the launcher starts,
     so that one sent as the command starts is not the doctor's own 143 with the command left to the
-    launcher, but the same stop."""
+    launcher, but the same stop. Each one caught also makes `fileno()` readable, which wakes a watch
+    sleeping in `select` on it (the handler runs on the main thread; the watch may sleep on another)."""
 
     _CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.signum = 0
         self._previous: dict[int, Any] = {}
+        self._woken, self._wake = os.pipe()
+        os.set_blocking(self._wake, False)
 
     def __enter__(self) -> Interrupts:
         self._previous = {sig: signal.signal(sig, self._caught) for sig in self._CAUGHT}
@@ -58,9 +69,16 @@ class Interrupts:
 
     def __exit__(self, *_exc: object) -> None:
         self.restore()
+        for fd in (self._woken, self._wake):
+            os.close(fd)
+
+    def fileno(self) -> int:
+        return self._woken
 
     def _caught(self, signum: int, _frame: Any) -> None:
         self.signum = self.signum or signum
+        with contextlib.suppress(OSError):  # a full pipe is readable already
+            os.write(self._wake, b"!")
 
     def restore(self) -> None:
         """The doctor's own handlers back (once; again is nothing)."""
@@ -107,6 +125,89 @@ def _progress_line(reader: LogReader) -> str:
     return " | ".join(parts)
 
 
+@dataclass
+class _Seen:
+    """What the watch thread saw that ends the watch, for the main thread to act on."""
+
+    why: str = "ended"  # "ended", "interrupted", "hung" or "late"
+    silent_s: float = 0.0
+    activity: dict[int, float] = field(default_factory=dict)
+    error: BaseException | None = None
+
+
+def _wait(
+    child: Launched,
+    reader: LogReader,
+    interrupts: Interrupts,
+    hang_timeout_s: float | None,
+    deadline_s: float | None,
+    outcome: Outcome,
+    seen: _Seen,
+) -> None:
+    """Sleep until something is due, deal with it, sleep again, until the command ends or must be
+    stopped. Runs on the watch thread, stepped aside."""
+    step_aside()
+    events = reader.events
+    started = time.monotonic()
+    last_progress_wall = time.time()
+    last_line, next_line = "", started + _PROGRESS_LINE_EVERY_S
+    while child.poll() is None:
+        now = time.monotonic()
+        due = [next_line]
+        if hang_timeout_s is not None:  # when the silence so far would become a hang
+            due.append(now + max(0.0, last_progress_wall + hang_timeout_s - time.time()))
+        if deadline_s is not None:
+            due.append(started + deadline_s)
+        ready, _, _ = select.select([child, interrupts], [], [], max(0.0, min(due) - now))
+        if interrupts.signum:
+            seen.why = "interrupted"
+            return
+        if child in ready:
+            continue  # the launcher said something: the loop's poll reads it
+        now = time.monotonic()
+        if now >= next_line:
+            line = _progress_line(reader)
+            if line and line != last_line:
+                print(f"dflashdoctor run: {line}", file=sys.stderr, flush=True)
+                outcome.progress_lines.append(line)
+                last_line = line
+            next_line = now + _PROGRESS_LINE_EVERY_S
+        activity = last_activity(events)
+        last_progress_wall = max([last_progress_wall, *activity.values()])
+        silent = time.time() - last_progress_wall
+        hung = hang_timeout_s is not None and silent >= hang_timeout_s
+        late = deadline_s is not None and now - started >= deadline_s
+        if hung or late:
+            seen.why, seen.silent_s, seen.activity = ("late" if late else "hung"), silent, activity
+            return
+
+
+def _take_stacks(child: Launched, reader: LogReader, seen: _Seen, ran_s: float, deadline_s: float | None) -> HangRecord:
+    """Every live instrumented process's stacks, before the run is stopped for a hang or its deadline."""
+    live = [pid for pid in seen.activity if _ours(pid, child.pid)]
+    why = f"still running after {ran_s:.0f} s" if seen.why == "late" else f"no progress for {seen.silent_s:.0f} s"
+    print(
+        f"dflashdoctor run: {why}: taking the stacks of {len(live)} processes, then stopping the run",
+        file=sys.stderr,
+        flush=True,
+    )
+    hang: HangRecord = {
+        "silent_s": round(seen.silent_s, 1),
+        "stacks": {pid: dump_stacks(pid, reader.events) for pid in live},
+    }
+    if seen.why == "late" and deadline_s is not None:
+        hang["deadline_s"] = deadline_s
+    return hang
+
+
+def _watched(target: Any, *args: Any) -> None:
+    seen: _Seen = args[-1]
+    try:
+        target(*args)
+    except BaseException as exc:  # handed to the main thread, raised there
+        seen.error = exc
+
+
 def watch(
     child: Launched,
     reader: LogReader,
@@ -123,46 +224,31 @@ def watch(
     `interrupts`, entered before the command started, are restored as the watch ends.
     `passes_interrupt`: the signal that stopped the run (SIGTERM, Ctrl-C, SIGHUP) is raised again
     once the command and what it left are stopped, for the doctor's own handler (the gate's: 143,
-    130, as during its probes); else the outcome says `interrupted`."""
-    events = reader.events
+    130, as during its probes); else the outcome says `interrupted`.
+
+    The waiting happens on a thread of its own, stepped aside; what it decides (stop, take the
+    stacks) is done here, at the doctor's own priority."""
     started = time.monotonic()
     outcome = Outcome(returncode=None, duration_s=0.0)
-    last_progress_wall = time.time()
-    last_line, last_line_t = "", 0.0
+    seen = _Seen()
     try:
-        while child.poll() is None:
-            time.sleep(_POLL_S)
-            if interrupts.signum:
-                outcome.interrupted = outcome.stopped_by_doctor = True
-                _stop(child, signal.SIGINT)
-                break
-            activity = last_activity(events)
-            last_progress_wall = max([last_progress_wall, *activity.values()])
-            now = time.monotonic()
-            if now - last_line_t >= _PROGRESS_LINE_EVERY_S:
-                line = _progress_line(reader)
-                if line and line != last_line:
-                    print(f"dflashdoctor run: {line}", file=sys.stderr, flush=True)
-                    outcome.progress_lines.append(line)
-                    last_line = line
-                last_line_t = now
-            silent = time.time() - last_progress_wall
-            hung = hang_timeout_s is not None and silent >= hang_timeout_s
-            late = deadline_s is not None and now - started >= deadline_s
-            if hung or late:
-                live = [pid for pid in activity if _ours(pid, child.pid)]
-                why = f"still running after {now - started:.0f} s" if late else f"no progress for {silent:.0f} s"
-                print(
-                    f"dflashdoctor run: {why}: taking the stacks of {len(live)} processes, then stopping the run",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                outcome.hang = {"silent_s": round(silent, 1), "stacks": {pid: dump_stacks(pid, events) for pid in live}}
-                if late:
-                    outcome.hang["deadline_s"] = deadline_s
-                outcome.stopped_by_doctor = True
-                _stop(child, signal.SIGTERM)
-                break
+        waiter = threading.Thread(
+            target=_watched,
+            args=(_wait, child, reader, interrupts, hang_timeout_s, deadline_s, outcome, seen),
+            name="dflashdoctor-watch",
+            daemon=True,
+        )
+        waiter.start()
+        waiter.join()  # a signal's handler still runs here, on the main thread, and wakes the waiter
+        if seen.error is not None:
+            raise seen.error
+        if seen.why == "interrupted":
+            outcome.interrupted = outcome.stopped_by_doctor = True
+            _stop(child, signal.SIGINT)
+        elif seen.why in ("hung", "late"):
+            outcome.hang = _take_stacks(child, reader, seen, time.monotonic() - started, deadline_s)
+            outcome.stopped_by_doctor = True
+            _stop(child, signal.SIGTERM)
     finally:
         interrupts.restore()
     outcome.returncode = child.wait()

@@ -1,0 +1,302 @@
+"""What `dflashdoctor run` costs the program it watches, with an interval narrow enough to settle it.
+
+The program (default `held_out_drafter.py`, its options after `--`) runs as whole processes in four
+modes: "plain"; "run", under `dflashdoctor run`; "quiet", the same launcher and agent with a doctor
+that only waits for the command's end (what the watching itself costs is "run" against "quiet");
+"agent", the environment `run` gives its command (the agent loaded before the first import, in
+every Python child) with no doctor and no launcher. Each process prints its own step times (timed
+inside the program, synchronised); a process's figure is the median of its steps after warm-up.
+
+Two ways to pair them, since identical processes of such a program differ by more than the effect:
+- `--pairing sequence`: each repeat runs every mode once, one after another, in an order rotated
+  every repeat; a repeat's ratio is mode over plain of that repeat.
+- `--pairing lockstep`: each repeat runs plain and one other mode at once, taking their steps in
+  turn (a step of one, then a step of the other, through FIFOs): both see the same machine at the
+  same moments. A repeat's ratio is the median over steps of step time over plain's same step. A
+  plain-against-plain pair ("plain-2") says what the pairing itself leaves.
+`--cpus` pins every process of every mode (and so the doctor, its launcher and the program's
+children) to the same CPUs.
+
+Printed per mode: the median of the repeats' ratios with a 95% bootstrap interval (10,000
+resamples of the repeats), the spread of the log-ratios and how many repeats would narrow the
+interval to +-1% at that spread, the median step, and the median whole-process wall time less
+plain's of the same repeat (what a short run pays for the doctor's start and report).
+
+    python3 benchmarks/run_cost_settled.py --repeats 20 -- --device cpu --hidden 64 --heads 4 --kv-heads 2 \\
+        --head-dim 16 --intermediate 128 --vocab 256 --context 128 --blocks 4 --steps 60 --warmup 5
+    python3 benchmarks/run_cost_settled.py --repeats 8 --pairing lockstep --cpus 0-7 -- --device cuda --inputs device
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dflashdoctor.agent.config import RunSettings
+from dflashdoctor.runs import launch
+
+_DRAFTER = str(Path(__file__).with_name("held_out_drafter.py"))
+_MODES = ("plain", "run", "quiet", "agent")
+_STEP = re.compile(r"^step (\d+): .*?, ([\d.]+) ms$", re.MULTILINE)
+_MEDIAN = re.compile(r"^median step ms: ([\d.]+)$", re.MULTILINE)
+_RESAMPLES = 10_000
+
+
+@dataclass
+class Process:
+    mode: str
+    steps: list[float]  # every step's ms, warm-up included
+    median_ms: float
+    wall_s: float
+
+
+@dataclass
+class Mode:
+    ratios: list[float] = field(default_factory=list)  # per repeat, against that repeat's plain
+    medians: list[float] = field(default_factory=list)
+    extra_wall_s: list[float] = field(default_factory=list)
+
+
+def _cpus(text: str | None) -> set[int] | None:
+    """`0-7,12` as a set of CPU numbers."""
+    if not text:
+        return None
+    chosen: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        chosen.update(range(int(first), int(last or first) + 1))
+    return chosen
+
+
+def mode_command(mode: str, program: list[str], scratch: Path) -> tuple[list[str], dict[str, str] | None]:
+    if mode == "run":
+        return [
+            sys.executable,
+            "-m",
+            "dflashdoctor",
+            "run",
+            "--report-dir",
+            str(scratch / "report"),
+            "--",
+            *program,
+        ], None
+    if mode == "quiet":
+        return [sys.executable, __file__, "--quiet-doctor", str(scratch / "events"), "--", *program], None
+    if mode == "agent":
+        events = scratch / "events"
+        events.mkdir()
+        return program, launch.child_environment(launch.bootstrap_folder(), events, RunSettings())
+    return program, None
+
+
+def quiet_doctor(events: Path, command: list[str]) -> int:
+    """`run`'s launcher and agent, with a doctor that only waits for the command's end: no watch,
+    no report."""
+    events.mkdir(parents=True)
+    bootstrap = launch.bootstrap_folder()
+    env = launch.child_environment(bootstrap, events, RunSettings())
+    with launch.start(launch.resolve_command(command), env, [bootstrap]) as child:
+        return child.wait()
+
+
+def _start(command: list[str], env: dict[str, str] | None, cpus: set[int] | None) -> subprocess.Popen[str]:
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=pin)
+
+
+def _finish(mode: str, process: subprocess.Popen[str], started: float, timeout: float) -> Process:
+    out, err = process.communicate(timeout=timeout)
+    wall = time.perf_counter() - started
+    medians = _MEDIAN.findall(out)
+    if process.returncode != 0 or not medians:
+        raise SystemExit(f"{mode}: exit {process.returncode}, no median step time:\n{out[-2000:]}\n{err[-3000:]}")
+    steps = [float(ms) for _, ms in _STEP.findall(out)]
+    return Process(mode, steps, float(medians[-1]), wall)
+
+
+def _alone(mode: str, program: list[str], scratch: Path, cpus: set[int] | None, timeout: float) -> Process:
+    command, env = mode_command(mode, program, scratch)
+    started = time.perf_counter()
+    return _finish(mode, _start(command, env, cpus), started, timeout)
+
+
+def _in_turn(prefixes: list[Path], steps: int) -> None:
+    """Let the processes take their steps in turn, one step each, in the order given."""
+    gos = [open(f"{p}.go", "wb", buffering=0) for p in prefixes]  # noqa: SIM115 - closed below
+    dones = [open(f"{p}.done", "rb", buffering=0) for p in prefixes]  # noqa: SIM115
+    try:
+        for _ in range(steps):
+            for go, done in zip(gos, dones, strict=True):
+                go.write(b".")
+                if not done.read(1):
+                    return
+    except BrokenPipeError:
+        return
+    finally:
+        for handle in (*gos, *dones):
+            with contextlib.suppress(OSError):
+                handle.close()
+
+
+def _pair(
+    modes: tuple[str, str], program: list[str], scratch: Path, cpus: set[int] | None, steps: int, timeout: float
+) -> list[Process]:
+    """Two processes at once, their steps taken in turn (the first mode's step first)."""
+    prefixes, running = [], []
+    started = time.perf_counter()
+    for index, mode in enumerate(modes):
+        prefix = scratch / f"turn{index}"
+        for end in ("go", "done"):
+            os.mkfifo(f"{prefix}.{end}")
+        folder = scratch / f"{index}-{mode}"
+        folder.mkdir()
+        command, env = mode_command(mode, [*program, "--lockstep", str(prefix)], folder)
+        running.append((mode, _start(command, env, cpus)))
+        prefixes.append(prefix)
+    conductor = threading.Thread(target=_in_turn, args=(prefixes, steps), daemon=True)
+    conductor.start()
+    done = [_finish(mode, process, started, timeout) for mode, process in running]
+    conductor.join(timeout=10)
+    return done
+
+
+def _interval(values: list[float], rng: random.Random) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median."""
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(_RESAMPLES))
+    return medians[int(0.025 * _RESAMPLES)], medians[int(0.975 * _RESAMPLES) - 1]
+
+
+def _needed(ratios: list[float]) -> str:
+    """Repeats for a 95% interval of +-1% on the mean log-ratio, at the spread seen."""
+    if len(ratios) < 3:
+        return "-"
+    spread = statistics.stdev(math.log(r) for r in ratios)
+    return str(math.ceil((1.96 * spread / 0.01) ** 2))
+
+
+def _options(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--modes", default="plain,run,quiet,agent", help=f"comma-separated, from {', '.join(_MODES)}")
+    parser.add_argument("--pairing", choices=("sequence", "lockstep"), default="sequence")
+    parser.add_argument("--cpus", help="pin every process to these CPUs, e.g. 0-7")
+    parser.add_argument("--warmup", type=int, default=0, help="repeats run first and left out (caches, clocks)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per process")
+    parser.add_argument("--budget", type=float, help="seconds: start no repeat that would end past this")
+    parser.add_argument("--program", default=_DRAFTER, help="a Python program printing `step N: ..., T ms` lines")
+    parser.add_argument("--quiet-doctor", type=Path, help=argparse.SUPPRESS)
+    split = argv.index("--") if "--" in argv else len(argv)
+    return parser.parse_args(argv[:split]), argv[split + 1 :]
+
+
+def _program_steps(program_args: list[str]) -> int:
+    """The program's --steps, which lockstep must give turns for (held_out_drafter's default: 30)."""
+    for index, word in enumerate(program_args):
+        if word == "--steps" and index + 1 < len(program_args):
+            return int(program_args[index + 1])
+        if word.startswith("--steps="):
+            return int(word.split("=", 1)[1])
+    return 30
+
+
+def _warmup_of(program_args: list[str]) -> int:
+    for index, word in enumerate(program_args):
+        if word == "--warmup" and index + 1 < len(program_args):
+            return int(program_args[index + 1])
+    return 8
+
+
+def _stepwise_ratio(other: Process, plain: Process, warmup: int) -> float:
+    return statistics.median(o / p for o, p in zip(other.steps[warmup:], plain.steps[warmup:], strict=False))
+
+
+def main(argv: list[str]) -> int:
+    args, program_args = _options(argv)
+    if args.quiet_doctor is not None:
+        return quiet_doctor(args.quiet_doctor, program_args)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if "plain" not in modes or not set(modes) <= set(_MODES):
+        raise SystemExit(f"--modes: plain and any of {', '.join(_MODES)}")
+    cpus = _cpus(args.cpus)
+    program = [sys.executable, args.program, *program_args]
+    others = [m for m in modes if m != "plain"] + (["plain-2"] if args.pairing == "lockstep" else [])
+    results = {mode: Mode() for mode in ("plain", *others)}
+    rng = random.Random(0)
+    began = time.perf_counter()
+    print(f"pairing {args.pairing}, cpus {args.cpus or 'all'}, program {' '.join(program[1:])}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="dflashdoctor-settled-") as tmp:
+        done = 0
+        for repeat in range(-args.warmup, args.repeats):
+            repeat_began = time.perf_counter()
+            scratch = Path(tmp, str(repeat + args.warmup))
+            scratch.mkdir()
+            if args.pairing == "sequence":
+                shift = repeat % len(modes)
+                order = modes[shift:] + modes[:shift]
+                ran = {}
+                for mode in order:
+                    folder = scratch / mode
+                    folder.mkdir()
+                    ran[mode] = _alone(mode, program, folder, cpus, args.timeout)
+                plain = ran["plain"]
+                line = [f"{m} {p.median_ms:.3f} ms {p.wall_s:.2f} s" for m, p in ran.items()]
+                if repeat >= 0:
+                    results["plain"].medians.append(plain.median_ms)
+                    for mode in others:
+                        results[mode].ratios.append(ran[mode].median_ms / plain.median_ms)
+                        results[mode].medians.append(ran[mode].median_ms)
+                        results[mode].extra_wall_s.append(ran[mode].wall_s - plain.wall_s)
+            else:
+                line = []
+                for mode in others:
+                    other = "plain" if mode == "plain-2" else mode
+                    first = (other, "plain") if repeat % 2 else ("plain", other)
+                    folder = scratch / mode
+                    folder.mkdir()
+                    a, b = _pair(first, program, folder, cpus, _program_steps(program_args), args.timeout)
+                    theirs, plain = (a, b) if first[0] == other else (b, a)
+                    ratio = _stepwise_ratio(theirs, plain, _warmup_of(program_args))
+                    line.append(f"{mode}/plain {ratio:.4f} ({theirs.median_ms:.3f} / {plain.median_ms:.3f} ms)")
+                    if repeat >= 0:
+                        results[mode].ratios.append(ratio)
+                        results[mode].medians.append(theirs.median_ms)
+                        results[mode].extra_wall_s.append(theirs.wall_s - plain.wall_s)
+                        results["plain"].medians.append(plain.median_ms)
+            label = f"repeat {repeat}" if repeat >= 0 else f"warm-up {repeat + args.warmup}"
+            print(f"{label}: " + "; ".join(line), flush=True)
+            done = repeat + 1
+            took = time.perf_counter() - repeat_began
+            if args.budget is not None and time.perf_counter() - began + took > args.budget:
+                break
+    if done < 2:
+        raise SystemExit("fewer than two repeats ran: nothing to compare")
+    print(f"{done} repeats in {time.perf_counter() - began:.0f} s; ratio to plain, median and 95% interval:")
+    plain_medians = results["plain"].medians
+    plain_ms = statistics.median(plain_medians)
+    spread = statistics.stdev(plain_medians) / statistics.mean(plain_medians) if len(plain_medians) > 1 else 0.0
+    print(f"  plain   : step {plain_ms:.3f} ms (processes spread {100 * spread:.1f}% sd/mean)")
+    for mode in others:
+        found = results[mode]
+        low, high = _interval(found.ratios, rng)
+        print(
+            f"  {mode:8s}: ratio {statistics.median(found.ratios):.4f} ({low:.4f} to {high:.4f}), "
+            f"repeats for +-1%: {_needed(found.ratios)}, step {statistics.median(found.medians):.3f} ms, "
+            f"wall +{statistics.median(found.extra_wall_s):.2f} s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
