@@ -322,6 +322,7 @@ class HFAttentionRecorder:
         (eager attention, linear-attention layers). A plain function, so that dynamo, tracing it
         inside a compiled model, reaches comptime with the noting function as a constant."""
         note_traced_call = self._note_traced(_MODULE_FORWARD)
+        layer_sites: dict[int, tuple[weakref.ref[torch.nn.Module], SiteRecord]] = {}
 
         def layer_called(module: torch.nn.Module, args: Any, output: Any) -> None:
             if torch.compiler.is_compiling():
@@ -330,7 +331,12 @@ class HFAttentionRecorder:
                 return
             if module in self._via_interface:
                 return
-            site = self._site(module, _MODULE_FORWARD, sys._getframe(1))
+            known = layer_sites.get(id(module))  # named once; a freed module's id reused is told apart
+            if known is not None and known[0]() is module:
+                site = known[1]
+            else:
+                site = self._site(module, _MODULE_FORWARD, sys._getframe(1))
+                layer_sites[id(module)] = (weakref.ref(module), site)
             site.training = bool(module.training)
             site.calls += 1
 
