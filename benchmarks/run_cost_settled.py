@@ -97,7 +97,7 @@ def mode_command(mode: str, program: list[str], scratch: Path) -> tuple[list[str
     if mode == "agent":
         events = scratch / "events"
         events.mkdir()
-        return program, launch.child_environment(launch.bootstrap_folder(), events, RunSettings())
+        return program, launch.child_environment(launch.bootstrap_folder(scratch), events, RunSettings())
     return program, None
 
 
@@ -201,21 +201,15 @@ def _options(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_args(argv[:split]), argv[split + 1 :]
 
 
-def _program_steps(program_args: list[str]) -> int:
-    """The program's --steps, which lockstep must give turns for (held_out_drafter's default: 30)."""
+def _program_option(program_args: list[str], name: str, default: int) -> int:
+    """The program's `--steps` (lockstep gives that many turns) or `--warmup`, with held_out_drafter's
+    defaults where the command line leaves it out."""
     for index, word in enumerate(program_args):
-        if word == "--steps" and index + 1 < len(program_args):
+        if word == name and index + 1 < len(program_args):
             return int(program_args[index + 1])
-        if word.startswith("--steps="):
+        if word.startswith(f"{name}="):
             return int(word.split("=", 1)[1])
-    return 30
-
-
-def _warmup_of(program_args: list[str]) -> int:
-    for index, word in enumerate(program_args):
-        if word == "--warmup" and index + 1 < len(program_args):
-            return int(program_args[index + 1])
-    return 8
+    return default
 
 
 def _stepwise_ratio(other: Process, plain: Process, warmup: int) -> float:
@@ -231,6 +225,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit(f"--modes: plain and any of {', '.join(_MODES)}")
     cpus = _cpus(args.cpus)
     program = [sys.executable, args.program, *program_args]
+    steps, warmup = _program_option(program_args, "--steps", 30), _program_option(program_args, "--warmup", 8)
     others = [m for m in modes if m != "plain"] + (["plain-2"] if args.pairing == "lockstep" else [])
     results = {mode: Mode() for mode in ("plain", *others)}
     rng = random.Random(0)
@@ -266,9 +261,9 @@ def main(argv: list[str]) -> int:
                     folder.mkdir()
                     # who steps first alternates, plain-2 too: stepping first or second is not the cost
                     first, second = (other, "plain") if repeat % 2 else ("plain", other)
-                    a, b = _pair((first, second), program, folder, cpus, _program_steps(program_args), args.timeout)
+                    a, b = _pair((first, second), program, folder, cpus, steps, args.timeout)
                     theirs, plain = (a, b) if repeat % 2 else (b, a)
-                    ratio = _stepwise_ratio(theirs, plain, _warmup_of(program_args))
+                    ratio = _stepwise_ratio(theirs, plain, warmup)
                     line.append(f"{mode}/plain {ratio:.4f} ({theirs.median_ms:.3f} / {plain.median_ms:.3f} ms)")
                     if repeat >= 0:
                         results[mode].ratios.append(ratio)

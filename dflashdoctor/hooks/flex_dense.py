@@ -147,6 +147,26 @@ def _stance_reader() -> Callable[[], str | None]:
     return stance
 
 
+class _DynamoFacts:
+    """What is read from dynamo itself, once per process as it finishes loading: dynamo is not
+    imported for this where the program never compiles (a dense call before then runs in no disabled
+    region, under no stance)."""
+
+    disable_codes: tuple[CodeType, ...] = ()
+    stance: Callable[[], str | None] = staticmethod(lambda: None)
+
+
+_DYNAMO = _DynamoFacts()
+
+
+def _dynamo_loaded(_module: Any) -> None:
+    _DYNAMO.disable_codes = _disable_wrapper_codes()
+    _DYNAMO.stance = _stance_reader()
+
+
+when_imported("torch._dynamo", _dynamo_loaded)
+
+
 def _disabled_function(frame: FrameType, not_users: tuple[str, ...]) -> str | None:
     """`file:line in name` of the user's function a disable wrapper's frame runs: its first line is
     the decorator's (`@torch.compiler.disable`), the line a user edits. torch's own disabled helpers
@@ -273,20 +293,10 @@ class DenseFlexRecorder:
         # (id(code), line) of a generated graph -> (code, the node's module path and class, or None).
         self._graph_lines: dict[tuple[int, int], tuple[CodeType, tuple[str, str] | None]] = {}
         self._recompute_codes = _recompute_codes()
-        # dynamo's own, read once it is loaded (a dense call before then has no disabled region, no stance)
-        self._disable_codes: tuple[CodeType, ...] = ()
-        self._stance_of: Callable[[], str | None] = lambda: None
-        when_imported("torch._dynamo", self._dynamo_loaded)
         # where the user last set the compiler stance (`file:line`), told by the flex-call recorder
         self.stance_set_at: str | None = None
         # Sees each dense forward's event and the op's arguments before its kernel runs (fix_replay.FixReplay).
         self.capture: Callable[[DenseEvent, tuple[Any, ...], dict[str, Any]], None] | None = None
-
-    def _dynamo_loaded(self, _module: Any) -> None:
-        """What is read from dynamo itself, read as it finishes loading: not imported for this where
-        the program never compiles."""
-        self._disable_codes = _disable_wrapper_codes()
-        self._stance_of = _stance_reader()
 
     def __enter__(self) -> DenseFlexRecorder:
         self.unavailable = self._install()
@@ -430,7 +440,7 @@ class DenseFlexRecorder:
         if filename.startswith(GENERATED):
             facts |= _GENERATED_CODE
         # by identity: `in` on a set hashes the code, and a dynamo resume function's constants hold a dict
-        if any(code is known for known in self._disable_codes):
+        if any(code is known for known in _DYNAMO.disable_codes):
             facts |= _DISABLED_CODE
         if any(code is known for known in self._recompute_codes):
             facts |= _RECOMPUTE_CODE
@@ -505,7 +515,7 @@ class DenseFlexRecorder:
             route=route,
             disabled_at=disabled_at,
             recomputed=recomputed,
-            stance=(stance := self._stance_of()),
+            stance=(stance := _DYNAMO.stance()),
             stance_set_at=self.stance_set_at if stance else None,
             layer=self._layer(node, frames, kind),
             older_than=self._older_than(sys._getframe(2)),

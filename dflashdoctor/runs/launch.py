@@ -46,8 +46,9 @@ def resolve_command(command: list[str]) -> list[str]:
     return [program, *command[1:]]
 
 
-def bootstrap_folder() -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="dflashdoctor-bootstrap-"))
+def bootstrap_folder(parent: Path | None = None) -> Path:
+    """A new folder holding the bootstrap, in `parent` (removed with it) or the temporary folder."""
+    folder = Path(tempfile.mkdtemp(prefix="dflashdoctor-bootstrap-", dir=parent))
     shutil.copy(_BOOTSTRAP, folder / "sitecustomize.py")
     (folder / "_package").mkdir()
     (folder / "_package" / "dflashdoctor").symlink_to(Path(dflashdoctor.__file__).parent, target_is_directory=True)

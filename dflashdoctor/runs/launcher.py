@@ -30,7 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this dflashdoctor, with no site or PYTHONPATH
 from dflashdoctor.processes import descendants, process_table
-from dflashdoctor.runs.priority import step_aside
 
 _PR_SET_CHILD_SUBREAPER = 36
 _GRACE_S = 10.0  # between SIGTERM and SIGKILL, as the doctor gives its command
@@ -120,7 +119,6 @@ def main(argv: list[str]) -> None:
         _say(status, f"error {exc.errno}")
     else:
         _say(status, f"pid {pid}")
-        step_aside()  # after the command started: it must not inherit this
         _serve(control, status, pid, wake)
     _end_tree(pid, status)
     for folder in temporary:
