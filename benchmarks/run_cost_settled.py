@@ -25,12 +25,16 @@ plain's of the same repeat (what a short run pays for the doctor's start and rep
     python3 benchmarks/run_cost_settled.py --repeats 20 -- --device cpu --hidden 64 --heads 4 --kv-heads 2 \\
         --head-dim 16 --intermediate 128 --vocab 256 --context 128 --blocks 4 --steps 60 --warmup 5
     python3 benchmarks/run_cost_settled.py --repeats 8 --pairing lockstep --cpus 0-7 -- --device cuda --inputs device
+
+`--save FILE` keeps a run's repeats and `--pool FILE` summarises them with a later run's: one figure
+from repeats taken in several calls of a machine that limits how long a command may run.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import random
@@ -196,6 +200,15 @@ def _options(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per process")
     parser.add_argument("--budget", type=float, help="seconds: start no repeat that would end past this")
     parser.add_argument("--program", default=_DRAFTER, help="a Python program printing `step N: ..., T ms` lines")
+    parser.add_argument("--save", type=Path, help="write this run's repeats here (JSON), to pool them later")
+    parser.add_argument(
+        "--pool",
+        type=Path,
+        action="append",
+        default=[],
+        help="repeats saved by an earlier run of the same program and pairing, summarised with this run's "
+        "(a device call's time limit splits one figure's repeats over several calls)",
+    )
     parser.add_argument("--quiet-doctor", type=Path, help=argparse.SUPPRESS)
     split = argv.index("--") if "--" in argv else len(argv)
     return parser.parse_args(argv[:split]), argv[split + 1 :]
@@ -210,6 +223,25 @@ def _program_option(program_args: list[str], name: str, default: int) -> int:
         if word.startswith(f"{name}="):
             return int(word.split("=", 1)[1])
     return default
+
+
+def _pooled(results: dict[str, Mode], saved: list[Path], setting: dict[str, object]) -> int:
+    """Adds the repeats of earlier runs saved with `--save`; returns how many. A run of another program,
+    pairing or CPU set is refused: its repeats measure something else."""
+    added = 0
+    for path in saved:
+        try:
+            earlier = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--pool {path}: {exc}") from None
+        if earlier.get("setting") != setting:
+            raise SystemExit(f"--pool {path}: measured {earlier.get('setting')}, not {setting}")
+        for mode, found in results.items():
+            kept = earlier["results"].get(mode, {})
+            for name in ("ratios", "medians", "extra_wall_s"):
+                getattr(found, name).extend(float(v) for v in kept.get(name, []))
+        added += int(earlier["repeats"])
+    return added
 
 
 def _stepwise_ratio(other: Process, plain: Process, warmup: int) -> float:
@@ -276,9 +308,16 @@ def main(argv: list[str]) -> int:
             took = time.perf_counter() - repeat_began
             if args.budget is not None and time.perf_counter() - began + took > args.budget:
                 break
-    if done < 2:
+    setting = {"pairing": args.pairing, "cpus": args.cpus, "program": [args.program, *program_args]}
+    if args.save is not None:
+        saved = {name: vars(found) for name, found in results.items()}
+        args.save.write_text(json.dumps({"setting": setting, "repeats": done, "results": saved}, indent=1))
+    pooled = _pooled(results, args.pool, setting)
+    if done + pooled < 2:
         raise SystemExit("fewer than two repeats ran: nothing to compare")
-    print(f"{done} repeats in {time.perf_counter() - began:.0f} s; ratio to plain, median and 95% interval:")
+    took = f"{done} repeats in {time.perf_counter() - began:.0f} s"
+    took += f", {pooled} pooled from earlier runs" if pooled else ""
+    print(f"{took}; ratio to plain, median and 95% interval:")
     plain_medians = results["plain"].medians
     plain_ms = statistics.median(plain_medians)
     spread = statistics.stdev(plain_medians) / statistics.mean(plain_medians) if len(plain_medians) > 1 else 0.0

@@ -1,5 +1,5 @@
-"""One JSON-lines file of events per process, flushed line by line so a killed process keeps
-everything it wrote. Writing never raises into the program: a failure is counted and dropped."""
+"""One JSON-lines file of events per process, flushed at every write (a line, or a batch of
+lines) so a killed process keeps everything it wrote. Writing never raises into the program: a failure is counted and dropped."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from dflashdoctor.report_folder import open_append
 
+_ENCODER = json.JSONEncoder(default=str)  # made once: json.dumps with an option makes one per call
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 
 
@@ -42,12 +44,24 @@ class EventLog:
         return self._file
 
     def write(self, kind: str, **fields: Any) -> None:
-        record = {"t": round(time.time(), 3), "pid": os.getpid(), "rank": self.rank, "kind": kind, **fields}
+        self.write_all(kind, [fields])
+
+    def write_all(self, kind: str, records: Iterable[dict[str, Any]]) -> None:
+        """Records of one kind in one write and one flush: a batch of dense kernels costs one system
+        call, not one a line. A record that does not encode is counted and left out, not its batch."""
+        now, pid = round(time.time(), 3), os.getpid()
+        lines = []
+        for fields in records:
+            try:
+                lines.append(_ENCODER.encode({"t": now, "pid": pid, "rank": self.rank, "kind": kind, **fields}))
+            except Exception:  # an odd value must not reach the training loop
+                self.failures += 1
+        if not lines:
+            return
         try:
-            line = json.dumps(record, default=str) + "\n"
             handle = self._handle()
             with self._lock:
-                handle.write(line)
+                handle.write("\n".join(lines) + "\n")
                 handle.flush()
-        except Exception:  # a full disk or an odd value must not reach the training loop
-            self.failures += 1
+        except Exception:  # a full disk likewise
+            self.failures += len(lines)

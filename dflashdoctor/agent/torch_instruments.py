@@ -9,7 +9,6 @@ observations so the doctor judges it with the same rules.
 
 from __future__ import annotations
 
-import collections
 import os
 import sys
 import threading
@@ -29,7 +28,7 @@ from dflashdoctor.records import TracedScript
 
 if TYPE_CHECKING:
     from dflashdoctor.agent.process import ProcessAgent
-    from dflashdoctor.hooks.flex_calls import FlexSite
+    from dflashdoctor.hooks.flex_calls import FlexCall, FlexCallRecorder
 
 _SNAPSHOT_EVERY_S = 10.0  # at most one snapshot this often while steps go on (and one at the end)
 # Steps are written one by one at first (where a run changes most and most often fails), then at
@@ -38,13 +37,15 @@ _SNAPSHOT_EVERY_S = 10.0  # at most one snapshot this often while steps go on (a
 # coalesced (a dense kernel like one already on disk waits up to _DENSE_BATCH_S, to be written with others).
 _EVERY_STEP = 100
 _STEP_RECORD_EVERY_S = 5.0
-# A flex call as kept per call: (start time, site, thread name, site calls before, dense forwards before).
-_Call = tuple[float, "FlexSite", str, int, int]
 _DENSE_LOGGED = 200  # dense kernel events logged one by one, and kept in a snapshot (the rest counted)
 _DENSE_BATCH_S = 1.0
 _HISTORY_ENTRIES = 50_000  # allocations kept for the snapshot: the ones before an OOM are what matter
 
 _NOT_WRITTEN = not_written(DenseEvent)  # the event's own state, never in a written line
+
+
+def _written(event: DenseEvent) -> dict[str, Any]:
+    return {k: v for k, v in vars(event).items() if k not in _NOT_WRITTEN}
 
 
 def _dynamo_disabled() -> bool:
@@ -106,9 +107,7 @@ class TorchInstruments:
         self._dense_pending: list[tuple[float, DenseEvent]] = []  # (time, event) not written yet
         # Kernels run on several threads (autograd's, a pair's); re-entrant for the SIGTERM handler's snapshot.
         self._dense_lock = threading.RLock()
-        self.last_calls: collections.deque[_Call] = collections.deque(maxlen=self.settings.last_calls)
         self.oom: dict[str, Any] | None = None
-        self.in_flight: dict[int, _Call] = {}  # thread ident -> the flex call it is inside
         self.unavailable: list[str] = []
         self._last_snapshot = 0.0
         self._snapshot_lock = threading.RLock()  # the SIGTERM handler may snapshot inside a snapshot
@@ -137,7 +136,7 @@ class TorchInstruments:
             return
         from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 
-        self.flex = FlexCallRecorder(self.dense, self.namer, on_call=self._flex_call).__enter__()
+        self.flex = FlexCallRecorder(self.dense, self.namer, keep_calls=self.settings.last_calls).__enter__()
 
     def _watch_dynamo(self) -> None:
         self.watch = DynamoWatch()
@@ -230,31 +229,24 @@ class TorchInstruments:
         are filled in after the kernel, and are the snapshot's."""
         with self._dense_lock:
             pending, self._dense_pending = self._dense_pending, []
-        for t, event in pending:
-            written = {k: v for k, v in vars(event).items() if k not in _NOT_WRITTEN}
-            self.log.write("dense", t=round(t, 3), event={**written, "forward_site": None, "peak_bytes": None})
-
-    def _flex_call(self, site: FlexSite, entering: bool) -> None:
-        """The call each thread has in flight (an out-of-memory inside it names it) and the last ones.
-        Per call only a tuple is kept (this runs inside the training step); it is described at OOM."""
-        ident = threading.get_ident()
-        if entering:
-            self.in_flight[ident] = (time.time(), site, threading.current_thread().name, site.calls, site.dense_forward)
-            return
-        call = self.in_flight.pop(ident, None)
-        if call is not None:
-            self.last_calls.append(call)
+        self.log.write_all(
+            "dense",
+            (
+                {"t": round(t, 3), "event": {**_written(event), "forward_site": None, "peak_bytes": None}}
+                for t, event in pending
+            ),
+        )
 
     @staticmethod
-    def _describe(call: _Call | None) -> dict[str, Any] | None:
+    def _describe(call: FlexCall | None, threads: dict[int | None, str]) -> dict[str, Any] | None:
         if call is None:
             return None
-        t, site, thread, calls_before, dense_before = call
+        t, site, ident, calls_before, dense_before = call
         where = {k: getattr(site, k) for k in ("file", "line", "function", "module", "via")}
         return {
             "t": round(t, 3),
             **where,
-            "thread": thread,
+            "thread": threads.get(ident, f"thread {ident}"),  # named now: a name per call costs the step
             "calls_before": calls_before,
             "dense_forward_before": dense_before,
         }
@@ -309,14 +301,16 @@ class TorchInstruments:
         if self.settings.memory_snapshot:
             snapshot_path = os.path.join(self.agent.folder, f"memory-snapshot-{os.getpid()}.pickle")
             torch.cuda.memory._dump_snapshot(snapshot_path)
+        flex: FlexCallRecorder | None = self.flex
+        threads = {thread.ident: thread.name for thread in threading.enumerate()}
         self.oom = {
             "device": f"cuda:{device}",
             "requested_bytes": alloc,
             "device_total_bytes": device_total,  # or the limit set with set_per_process_memory_fraction
             "free_bytes": device_free,
             "thread": threading.current_thread().name,
-            "in_flight": self._describe(self.in_flight.get(threading.get_ident())),
-            "last_calls": [self._describe(call) for call in list(self.last_calls)],
+            "in_flight": self._describe(flex.in_flight.get(threading.get_ident()), threads) if flex else None,
+            "last_calls": [self._describe(call, threads) for call in list(flex.last_calls)] if flex else [],
             "dense_events": [e.to_dict() for e in self.dense.events[-8:]],
             "memory_snapshot": snapshot_path,
             "steps": self.steps,

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from dflashdoctor.hooks.dynamo_skip import skip_tree
 from dflashdoctor.hooks.flex_dense import DenseEvent
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_text(dtype: Any) -> str:
+    """`bfloat16` for torch.bfloat16: str() of a dtype builds a new string every call."""
+    return str(dtype).replace("torch.", "")
 
 
 def mask_kind(mask: Any) -> str:
@@ -58,13 +65,14 @@ class CallStats:
         """One more call, with the dense kernel events it caused; the first call's mask stands for the
         site (sparsity costs a reduction)."""
         self.calls += 1
-        forward = [event for event in dense if event.kind == "forward"]
-        self.dense_forward += len(forward)
-        for event in forward:
-            event.forward_site = self._charge(event)
+        if dense:
+            forward = [event for event in dense if event.kind == "forward"]
+            self.dense_forward += len(forward)
+            for event in forward:
+                event.forward_site = self._charge(event)
         self.training = training
         self.q_shape, self.kv_shape = list(query.shape), list(key.shape)
-        self.dtype = str(query.dtype).replace("torch.", "")
+        self.dtype = _dtype_text(query.dtype)
         if self.calls == 1:
             self.mask, self.mask_sparsity_pct = mask_kind(mask), mask_sparsity_pct(mask)
 

@@ -21,6 +21,7 @@ Probed side: standard library and torch.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import linecache
@@ -30,6 +31,8 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from threading import get_ident
+from time import time
 from types import CodeType, FrameType
 from typing import Any
 
@@ -148,21 +151,24 @@ class FlexSite(CallStats):
         return data
 
 
+# An eager call as kept while it runs and after: (start time, site, thread ident, the site's calls
+# and dense forwards before it). A tuple: it is made inside the user's training step.
+FlexCall = tuple[float, "FlexSite", int, int, int]
+
+
 class FlexCallRecorder:
     def __init__(
-        self,
-        dense: DenseFlexRecorder,
-        namer: ModuleNamer,
-        on_call: Callable[[FlexSite, bool], None] | None = None,
-        watch_exec: bool = False,
+        self, dense: DenseFlexRecorder, namer: ModuleNamer, keep_calls: int | None = None, watch_exec: bool = False
     ) -> None:
-        """`on_call(site, entering)` sees each eager call as it starts and as it returns (`run` keeps
-        the call in flight and the last calls for out-of-memory forensics). `watch_exec` keeps the
-        files executed through `exec` meanwhile (runpy), where a rebinding is looked for too: an
-        audit hook, so only a probe's own process asks for it, never a user's run."""
+        """`keep_calls`: keep the eager call each thread is inside (`in_flight`) and the last so many
+        (`last_calls`): `run` names them when the process runs out of memory. Kept here, inline, not
+        by a callback: two more Python calls per call cost more than the rest of the bookkeeping.
+        `watch_exec` keeps the files executed through `exec` meanwhile (runpy), where a rebinding is
+        looked for too: an audit hook, so only a probe's own process asks for it, never a user's run."""
         self.dense = dense
         self.namer = namer
-        self.on_call = on_call
+        self.in_flight: dict[int, FlexCall] | None = {} if keep_calls is not None else None
+        self.last_calls: collections.deque[FlexCall] = collections.deque(maxlen=keep_calls or 0)
         self.sites: dict[tuple[str, int, int, str | None], FlexSite] = {}
         # (caller code, line, wrapper id, id of the calling module) -> (that module, weakly; its site)
         self._site_by_owner: dict[tuple[CodeType, int, int, int], tuple[Any, FlexSite]] = {}
@@ -319,17 +325,18 @@ class FlexCallRecorder:
                     return fn(query, key, value, *args, **kwargs)
                 caller = self._outside_transformers(caller)
             site = self._site_of(caller, recording_flex, via, about)
-            if self.on_call is not None:
-                self.on_call(site, True)
+            in_flight = self.in_flight
+            if in_flight is not None:  # inline: every call on the fused path pays for what runs here
+                ident = get_ident()
+                in_flight[ident] = (time(), site, ident, site.calls, site.dense_forward)
             before = self.dense.mark()
-            mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # after score_mod
             try:
                 out = fn(query, key, value, *args, **kwargs)
             except BaseException:  # an OOM, --strict: counted, its dense kernel is this site's
                 with contextlib.suppress(Exception):  # but the program sees its own exception
-                    self._call_ended(site, query, key, mask, before)
+                    self._call_ended(site, query, key, args, kwargs, before)
                 raise
-            if self._call_ended(site, query, key, mask, before):
+            if self._call_ended(site, query, key, args, kwargs, before):
                 # flex's backward is dense exactly where its forward was: only then is it watched
                 self.dense.watch_backward(out, site)
             return out
@@ -393,12 +400,17 @@ class FlexCallRecorder:
                     self.sites[(*key[:3], name, "traced")] = replace(site, module=name, shared_graph_of=site.module)
                     known.add(name)
 
-    def _call_ended(self, site: FlexSite, query: Any, key: Any, mask: Any, before: int) -> bool:
+    def _call_ended(
+        self, site: FlexSite, query: Any, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any], before: int
+    ) -> bool:
         """Whether the call ran dense. A method, not a closure per call: this runs inside the user's
         training step."""
-        if self.on_call is not None:
-            self.on_call(site, False)
+        if self.in_flight is not None:
+            call = self.in_flight.pop(get_ident(), None)
+            if call is not None:
+                self.last_calls.append(call)
         dense = self.dense.events_since(before)
+        mask = kwargs.get("block_mask", args[1] if len(args) > 1 else None)  # args[0] is score_mod
         site.observe(query, key, mask, training=bool(query.requires_grad), dense=dense)
         return bool(dense)
 

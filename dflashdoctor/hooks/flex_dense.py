@@ -63,6 +63,7 @@ _EVAL_FRAME_CODE = 16  # dynamo's compiled-function wrappers
 _GENERATED_CODE = 32  # an FX graph's forward
 _DISABLED_CODE = 64  # the wrapper `torch.compiler.disable` puts around a function
 _RECOMPUTE_CODE = 128  # reentrant activation checkpointing's backward, which runs the forward again
+_COMPILED_SCOPE = 256  # not torch's, ours nor generated: its locals may hold a compiled function's module
 _ROUTE_FACTS = (
     _HAS_CTX | _HOP_WRAPPER_CODE | _FLEX_CODE | _EVAL_FRAME_CODE | _GENERATED_CODE | _DISABLED_CODE | _RECOMPUTE_CODE
 )
@@ -197,10 +198,10 @@ def _torch_dir() -> str:
     return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
-def _site(frame: FrameType) -> dict[str, Any]:
+def _site(frame: FrameType, line: int) -> dict[str, Any]:
     return {
         "file": frame.f_code.co_filename,
-        "line": frame.f_lineno,
+        "line": line,
         "function": frame.f_code.co_name,
         "module": frame.f_globals.get("__name__"),
     }
@@ -290,8 +291,10 @@ class DenseFlexRecorder:
         self._older_work_lock = threading.Lock()  # blocks on two threads open and close at once
         # id(code) -> (code, its _USER.. bits). Holding the code keeps its id from being reused.
         self._facts: dict[int, tuple[CodeType, int]] = {}
-        # (id(code), line) of a generated graph -> (code, the node's module path and class, or None).
+        # (id(code), instruction offset) of a generated graph -> (code, the node's module path and class, or None).
         self._graph_lines: dict[tuple[int, int], tuple[CodeType, tuple[str, str] | None]] = {}
+        # (id(code), instruction offset) of a user frame -> (code, `file:line in function`, line).
+        self._places: dict[tuple[int, int], tuple[CodeType, str, int]] = {}
         self._recompute_codes = _recompute_codes()
         # where the user last set the compiler stance (`file:line`), told by the flex-call recorder
         self.stance_set_at: str | None = None
@@ -429,8 +432,10 @@ class DenseFlexRecorder:
         call cost more than the rest of the record."""
         filename = code.co_filename
         facts = _HAS_CTX if "ctx" in code.co_varnames else 0
-        if not filename.startswith("<") and not os.path.abspath(filename).startswith(self.skip_prefixes):
-            facts |= _USER
+        if not filename.startswith(GENERATED) and not os.path.abspath(filename).startswith(self.skip_prefixes):
+            facts |= _COMPILED_SCOPE
+            if not filename.startswith("<"):
+                facts |= _USER
         if code.co_name == _HOP_WRAPPER:
             facts |= _HOP_WRAPPER_CODE
         elif code.co_name == "flex_attention" and filename.endswith(_FLEX_FILE):
@@ -448,6 +453,13 @@ class DenseFlexRecorder:
             self._facts.clear()
         self._facts[id(code)] = (code, facts)
         return facts
+
+    def _code_facts(self, code: CodeType) -> int:
+        known = self._facts.get(id(code))
+        return known[1] if known is not None else self._learn(code)
+
+    def _compiled_scope(self, code: CodeType) -> bool:
+        return bool(self._code_facts(code) & _COMPILED_SCOPE)
 
     def _walk(self, frame: FrameType | None) -> _Walk:
         """One pass outwards from the kernel's caller: _ROUTE_DEPTH frames for the route, the ctx
@@ -499,6 +511,7 @@ class DenseFlexRecorder:
         kv_shape = list(getattr(key, "shape", ()))
         frames, route, ctx, generated, disabled_at, recomputed = self._walk(sys._getframe(2))
         node = self._graph_node(generated) if generated is not None else None
+        places = [self._place(frame) for frame in frames]
         if route is None and node is not None:  # AOTAutograd's graph calls the op itself, below flex_attention
             route = "graph"
         event = DenseEvent(
@@ -509,8 +522,8 @@ class DenseFlexRecorder:
             dtype=_text(getattr(query, "dtype", "")),
             device=_text(getattr(query, "device", "")),
             score_matrix_bytes=_score_bytes(q_shape, kv_shape),
-            site=_site(frames[0]) if frames else None,
-            stack=[f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in frames],
+            site=_site(frames[0], places[0][1]) if frames else None,
+            stack=[where for where, _line in places],
             thread=threading.current_thread().name,
             route=route,
             disabled_at=disabled_at,
@@ -529,11 +542,27 @@ class DenseFlexRecorder:
             self.dropped += half
         return event
 
-    def _graph_node(self, frame: FrameType) -> GraphNode | None:
-        """The node a generated graph's frame is running, read once per line of the graph: a
-        generated code object belongs to one GraphModule, whose nodes keep their module stacks."""
+    def _place(self, frame: FrameType) -> tuple[str, int]:
+        """`file:line in function` of a user frame, and the line: read once per instruction, as a
+        frame's line is found by scanning its code's line table from the start (a long training
+        function's, on every dense call, cost more than the rest of the stack)."""
         code = frame.f_code
-        key = (id(code), frame.f_lineno)
+        key = (id(code), frame.f_lasti)
+        known = self._places.get(key)
+        if known is None:
+            if len(self._places) >= _CODES_KEPT:
+                self._places.clear()
+            line = frame.f_lineno
+            known = self._places[key] = (code, f"{code.co_filename}:{line} in {code.co_name}", line)
+        return known[1], known[2]
+
+    def _graph_node(self, frame: FrameType) -> GraphNode | None:
+        """The node a generated graph's frame is running, read once per instruction of the graph: a
+        generated code object belongs to one GraphModule, whose nodes keep their module stacks. Keyed
+        by the instruction's offset, not its line: a frame's line is found by scanning the code's line
+        table from the start, ~10 us in the generated forward of a whole model (one per dense call)."""
+        code = frame.f_code
+        key = (id(code), frame.f_lasti)
         known = self._graph_lines.get(key)
         if known is None:
             node = node_of(frame)
@@ -559,7 +588,7 @@ class DenseFlexRecorder:
         one module path (`L['self'].attention`), so the layers their forwards named are kept as a
         stack per path and each backward takes the latest (autograd runs backwards last first)."""
         key = (node.module_path, node.module_class)
-        module = resolve_module(node.module_path, node.frame.f_back, _ROUTE_DEPTH, self.skip_prefixes)
+        module = resolve_module(node.module_path, node.frame.f_back, _ROUTE_DEPTH, self._compiled_scope)
         if module is not None and self.namer is not None:
             name = self._graph_layers[key] = self.namer.name(module, node.frame.f_back)
             if kind == "forward":

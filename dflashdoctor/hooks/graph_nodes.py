@@ -19,19 +19,20 @@ graphs differently gives no node, and the caller falls back to the frames.
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
-from types import FrameType
-from typing import Any
+from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import Any, NamedTuple
 
 GENERATED = "<eval_with_key>"  # the file name FX gives the code it generates
 _ROOT = re.compile(r"^(?P<scope>[LG])\['(?P<name>[^']+)'\](?P<rest>.*)$")
 _ITEM = re.compile(r"\[(\d+)\]")
 
 
-@dataclass(frozen=True)
-class GraphNode:
-    """The FX node a generated graph frame is executing, as the recorder needs it."""
+class GraphNode(NamedTuple):
+    """The FX node a generated graph frame is executing, as the recorder needs it. A tuple: one is
+    made per dense call (a frozen dataclass's init costs several times more)."""
 
     module_path: str  # as dynamo wrote it: `L['self'].layers.1.self_attn`
     module_class: str
@@ -67,30 +68,38 @@ def _innermost(stack: Any, frame: FrameType) -> GraphNode | None:
     return GraphNode(module_path=entry[0], module_class=module_class.rsplit(".", 1)[-1], frame=frame)
 
 
-def resolve_module(path: str, frame: FrameType | None, depth: int, skip_prefixes: tuple[str, ...]) -> Any:
-    """The module object at `path` (`L['self'].layers.1.self_attn`), read from the locals (or
-    globals) of the compiled function's frame: the first frame above the graph outside torch
-    (`skip_prefixes`) that holds the root name. None when none does."""
+@functools.lru_cache(maxsize=256)
+def _parsed(path: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """`L['self'].layers[1].self_attn` as (scope, root name, attribute path): read once per path."""
     match = _ROOT.match(path)
     if match is None:
         return None
-    scope, name = match.group("scope"), match.group("name")
+    parts = tuple(part for part in _ITEM.sub(r".\1", match.group("rest")).split(".") if part)
+    return match.group("scope"), match.group("name"), parts
+
+
+def resolve_module(path: str, frame: FrameType | None, depth: int, compiled_scope: Callable[[CodeType], bool]) -> Any:
+    """The module object at `path` (`L['self'].layers.1.self_attn`), read from the locals (or
+    globals) of the compiled function's frame: the first frame above the graph whose code
+    `compiled_scope` admits (not torch's, not generated) that holds the root name. None when none does."""
+    parsed = _parsed(path)
+    if parsed is None:
+        return None
+    scope, name, parts = parsed
     for _ in range(depth):
         if frame is None:
             return None
-        space = frame.f_locals if scope == "L" else frame.f_globals
-        filename = frame.f_code.co_filename
-        if name in space and not filename.startswith(GENERATED) and not filename.startswith(skip_prefixes):
-            return _walk(space[name], match.group("rest"))
+        if compiled_scope(frame.f_code):  # only then: reading f_locals builds a dict of every local
+            space = frame.f_locals if scope == "L" else frame.f_globals
+            if name in space:
+                return _walk(space[name], parts)
         frame = frame.f_back
     return None
 
 
-def _walk(root: Any, rest: str) -> Any:
+def _walk(root: Any, parts: tuple[str, ...]) -> Any:
     current = root
-    for part in _ITEM.sub(r".\1", rest).split("."):
-        if not part:
-            continue
+    for part in parts:
         children = getattr(current, "_modules", None)
         if isinstance(children, dict) and part in children:
             current = children[part]

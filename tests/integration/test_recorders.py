@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
 import torch.nn.attention.flex_attention as flex_module
 from transformers.modeling_utils import AttentionInterface
 
+from dflashdoctor.agent.torch_instruments import TorchInstruments
 from dflashdoctor.hooks.flex_calls import FlexCallRecorder
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
 from dflashdoctor.hooks.hf_attention import HFAttentionRecorder
@@ -64,6 +66,32 @@ def test_a_call_that_raises_raises_as_it_would_unrecorded():
     assert str(recorded.value) == str(plain.value)
     (site,) = recorder.sites.values()
     assert site.file == __file__
+
+
+def test_the_call_in_flight_and_the_last_calls_are_kept_for_out_of_memory_forensics():
+    """`run` names the flex call a thread is inside when the allocator fails, and the calls before
+    it. The recorder keeps both itself, per thread; the thread's name is read when they are told."""
+    inside = []
+    # seen as each call's dense kernel is about to run: from inside the call, on its thread
+    dense = DenseFlexRecorder(on_event=lambda _event: inside.append(recorder.in_flight.get(threading.get_ident())))
+    recorder = FlexCallRecorder(dense, ModuleNamer(), keep_calls=2)
+
+    def three_calls():
+        x = torch.randn(1, 2, 32, 16)
+        for _ in range(3):
+            flex_module.flex_attention(x, x, x)
+
+    worker = threading.Thread(target=three_calls, name="pair-1")
+    with dense, recorder:
+        worker.start()
+        worker.join()
+    (site,) = recorder.sites.values()
+    assert [call[1] for call in inside] == [site] * 3 and {call[2] for call in inside} == {worker.ident}
+    assert [(call[3], call[4]) for call in inside] == [(0, 0), (1, 1), (2, 2)]  # calls, dense forwards before
+    assert recorder.in_flight == {} and list(recorder.last_calls) == inside[1:]
+    told = TorchInstruments._describe(inside[-1], {worker.ident: worker.name})
+    assert told is not None and (told["thread"], told["line"], told["calls_before"]) == ("pair-1", site.line, 2)
+    assert TorchInstruments._describe(inside[-1], {})["thread"] == f"thread {worker.ident}"  # gone by then
 
 
 @pytest.mark.gpu

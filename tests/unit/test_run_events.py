@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dflashdoctor.observations import RunSnapshot
+from dflashdoctor.observations import DenseEvent, RunSnapshot
 from dflashdoctor.runs.events import ProcessLog, read_logs
 from tests.unit.recorded import ASSETS
 
@@ -87,3 +87,29 @@ def test_a_line_not_of_its_type_is_damaged_and_nothing_of_it_is_kept(tmp_path, k
         assert _KEPT[kind](log) == _KEPT[kind](clean) - 1
     if kind == "start":
         assert log.argv is None
+
+
+def test_a_batch_written_at_once_reads_back_line_by_line_without_the_record_that_did_not_encode(tmp_path):
+    """The agent writes a batch of dense kernels in one write (one system call, not one a line); each
+    is its own line for the reader, and a record that cannot be encoded (a value that refers to
+    itself) is counted and left out, not the batch with it."""
+    from dflashdoctor.agent.events import EventLog
+
+    log = EventLog(str(tmp_path))
+    looped: list[object] = []
+    looped.append(looped)
+    log.write("start", argv=["train.py"], executable="python3", ppid=1, cwd="/", python="3.11", env={})
+    kernels = [
+        {
+            "t": 1.0 + i,
+            "event": DenseEvent(
+                "forward", "", [1, 2, 4, 8], [1, 2, 4, 8], "float32", "cpu", 0, None, layer=f"layers.{i}"
+            ).to_dict(),
+        }
+        for i in range(3)
+    ]
+    log.write_all("dense", [kernels[0], {"t": 9.0, "event": looped}, *kernels[1:]])
+    log.write("exit", ending="exit", event_write_failures=log.failures)
+    (process,) = read_logs(tmp_path)
+    assert log.failures == 1 and process.damaged_lines == 0
+    assert [(d["t"], d["layer"]) for d in process.dense] == [(1.0, "layers.0"), (2.0, "layers.1"), (3.0, "layers.2")]
