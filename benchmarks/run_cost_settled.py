@@ -308,7 +308,8 @@ def main(argv: list[str]) -> int:
             took = time.perf_counter() - repeat_began
             if args.budget is not None and time.perf_counter() - began + took > args.budget:
                 break
-    setting = {"pairing": args.pairing, "cpus": args.cpus, "program": [args.program, *program_args]}
+    # the program by name: a later device call may run the same tree from another folder
+    setting = {"pairing": args.pairing, "cpus": args.cpus, "program": [Path(args.program).name, *program_args]}
     if args.save is not None:
         saved = {name: vars(found) for name, found in results.items()}
         args.save.write_text(json.dumps({"setting": setting, "repeats": done, "results": saved}, indent=1))
