@@ -26,8 +26,10 @@ plain's of the same repeat (what a short run pays for the doctor's start and rep
         --head-dim 16 --intermediate 128 --vocab 256 --context 128 --blocks 4 --steps 60 --warmup 5
     python3 benchmarks/run_cost_settled.py --repeats 8 --pairing lockstep --cpus 0-7 -- --device cuda --inputs device
 
-`--save FILE` keeps a run's repeats and `--pool FILE` summarises them with a later run's: one figure
-from repeats taken in several calls of a machine that limits how long a command may run.
+`--save FILE` keeps a run's own repeats and `--pool FILE` summarises them with a later run's: one
+figure from repeats taken in several calls of a machine that limits how long a command may run. A
+pool is read before anything is measured, and refused unless it was taken with the same program,
+pairing, CPUs, modes, machine (GPU or CPU model) and dflashdoctor version.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dflashdoctor
 from dflashdoctor.agent.config import RunSettings
 from dflashdoctor.runs import launch
 
@@ -225,23 +228,47 @@ def _program_option(program_args: list[str], name: str, default: int) -> int:
     return default
 
 
-def _pooled(results: dict[str, Mode], saved: list[Path], setting: dict[str, object]) -> int:
-    """Adds the repeats of earlier runs saved with `--save`; returns how many. A run of another program,
-    pairing or CPU set is refused: its repeats measure something else."""
-    added = 0
-    for path in saved:
-        try:
-            earlier = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise SystemExit(f"--pool {path}: {exc}") from None
-        if earlier.get("setting") != setting:
-            raise SystemExit(f"--pool {path}: measured {earlier.get('setting')}, not {setting}")
-        for mode, found in results.items():
-            kept = earlier["results"].get(mode, {})
-            for name in ("ratios", "medians", "extra_wall_s"):
-                getattr(found, name).extend(float(v) for v in kept.get(name, []))
-        added += int(earlier["repeats"])
-    return added
+def _machine() -> str:
+    """What the figures were taken on: the GPUs where nvidia-smi answers, else the CPU model. Repeats
+    from an H100 and an H200 (a device call may get either) are not one figure."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        gpus = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        ).stdout.split("\n")
+        if any(gpus):
+            return ", ".join(g.strip() for g in gpus if g.strip())
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def _finite_numbers(value: object) -> list[float] | None:
+    if not isinstance(value, list) or not all(isinstance(v, int | float) and math.isfinite(v) for v in value):
+        return None
+    return [float(v) for v in value]
+
+
+def _read_pool(path: Path, setting: dict[str, object]) -> dict[str, Mode]:
+    """The repeats an earlier run saved with `--save`. One of another program, pairing, CPU set,
+    modes, machine or dflashdoctor is refused (its repeats measure something else), as is a file
+    that is not such a record; read before this run measures anything, so a bad file costs nothing."""
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--pool {path}: {exc}") from None
+    if not isinstance(earlier, dict) or not isinstance(earlier.get("results"), dict):
+        raise SystemExit(f"--pool {path}: not a file written by --save")
+    if earlier.get("setting") != setting:
+        raise SystemExit(f"--pool {path}: measured {earlier.get('setting')}, not {setting}")
+    modes = {}
+    for mode, kept in earlier["results"].items():
+        lists = {name: _finite_numbers(kept.get(name)) if isinstance(kept, dict) else None for name in vars(Mode())}
+        if any(values is None for values in lists.values()):
+            raise SystemExit(f"--pool {path}: {mode}: every value must be a list of finite numbers")
+        modes[mode] = Mode(**{name: values or [] for name, values in lists.items()})
+    return modes
 
 
 def _stepwise_ratio(other: Process, plain: Process, warmup: int) -> float:
@@ -260,6 +287,16 @@ def main(argv: list[str]) -> int:
     steps, warmup = _program_option(program_args, "--steps", 30), _program_option(program_args, "--warmup", 8)
     others = [m for m in modes if m != "plain"] + (["plain-2"] if args.pairing == "lockstep" else [])
     results = {mode: Mode() for mode in ("plain", *others)}
+    # the program by name: a later device call may run the same tree from another folder
+    setting = {
+        "pairing": args.pairing,
+        "cpus": args.cpus,
+        "modes": list(modes),
+        "program": [Path(args.program).name, *program_args],
+        "machine": _machine(),
+        "dflashdoctor": dflashdoctor.__version__,
+    }
+    pools = [_read_pool(path, setting) for path in args.pool]
     rng = random.Random(0)
     began = time.perf_counter()
     print(f"pairing {args.pairing}, cpus {args.cpus or 'all'}, program {' '.join(program[1:])}", flush=True)
@@ -304,17 +341,25 @@ def main(argv: list[str]) -> int:
                         results["plain"].medians.append(plain.median_ms)
             label = f"repeat {repeat}" if repeat >= 0 else f"warm-up {repeat + args.warmup}"
             print(f"{label}: " + "; ".join(line), flush=True)
-            done = repeat + 1
+            done = max(0, repeat + 1)  # a budget may stop it during warm-up
             took = time.perf_counter() - repeat_began
             if args.budget is not None and time.perf_counter() - began + took > args.budget:
                 break
     # the program by name: a later device call may run the same tree from another folder
-    setting = {"pairing": args.pairing, "cpus": args.cpus, "program": [Path(args.program).name, *program_args]}
     if args.save is not None:
         saved = {name: vars(found) for name, found in results.items()}
-        args.save.write_text(json.dumps({"setting": setting, "repeats": done, "results": saved}, indent=1))
-    pooled = _pooled(results, args.pool, setting)
-    if done + pooled < 2:
+        try:
+            args.save.write_text(json.dumps({"setting": setting, "repeats": done, "results": saved}, indent=1))
+        except OSError as exc:  # the run's figures are still printed below
+            print(f"--save {args.save}: not written: {exc}", file=sys.stderr)
+    pooled = sum(len(earlier.get(others[0], Mode()).ratios) for earlier in pools)
+    for earlier in pools:
+        for name, found in results.items():
+            kept = earlier.get(name, Mode())
+            found.ratios += kept.ratios
+            found.medians += kept.medians
+            found.extra_wall_s += kept.extra_wall_s
+    if min(len(results[mode].ratios) for mode in others) < 2:
         raise SystemExit("fewer than two repeats ran: nothing to compare")
     took = f"{done} repeats in {time.perf_counter() - began:.0f} s"
     took += f", {pooled} pooled from earlier runs" if pooled else ""

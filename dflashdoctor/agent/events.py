@@ -1,5 +1,6 @@
 """One JSON-lines file of events per process, flushed at every write (a line, or a batch of
-lines) so a killed process keeps everything it wrote. Writing never raises into the program: a failure is counted and dropped."""
+lines) so a killed process keeps everything it wrote. Writing never raises into the program: a
+failure is counted and dropped."""
 
 from __future__ import annotations
 
@@ -51,11 +52,14 @@ class EventLog:
         call, not one a line. A record that does not encode is counted and left out, not its batch."""
         now, pid = round(time.time(), 3), os.getpid()
         lines = []
-        for fields in records:
-            try:
-                lines.append(_ENCODER.encode({"t": now, "pid": pid, "rank": self.rank, "kind": kind, **fields}))
-            except Exception:  # an odd value must not reach the training loop
-                self.failures += 1
+        try:
+            for fields in records:
+                try:
+                    lines.append(_ENCODER.encode({"t": now, "pid": pid, "rank": self.rank, "kind": kind, **fields}))
+                except Exception:  # an odd value must not reach the training loop
+                    self.failures += 1
+        except Exception:  # nor a batch that failed to be made
+            self.failures += 1
         if not lines:
             return
         try:

@@ -238,15 +238,15 @@ class TorchInstruments:
         )
 
     @staticmethod
-    def _describe(call: FlexCall | None, threads: dict[int | None, str]) -> dict[str, Any] | None:
+    def _describe(call: FlexCall | None) -> dict[str, Any] | None:
         if call is None:
             return None
-        t, site, ident, calls_before, dense_before = call
+        t, site, thread, calls_before, dense_before = call
         where = {k: getattr(site, k) for k in ("file", "line", "function", "module", "via")}
         return {
             "t": round(t, 3),
             **where,
-            "thread": threads.get(ident, f"thread {ident}"),  # named now: a name per call costs the step
+            "thread": thread.name,  # read now: a name per call costs the step
             "calls_before": calls_before,
             "dense_forward_before": dense_before,
         }
@@ -302,15 +302,15 @@ class TorchInstruments:
             snapshot_path = os.path.join(self.agent.folder, f"memory-snapshot-{os.getpid()}.pickle")
             torch.cuda.memory._dump_snapshot(snapshot_path)
         flex: FlexCallRecorder | None = self.flex
-        threads = {thread.ident: thread.name for thread in threading.enumerate()}
+        in_flight = (flex.in_flight if flex is not None else None) or {}
         self.oom = {
             "device": f"cuda:{device}",
             "requested_bytes": alloc,
             "device_total_bytes": device_total,  # or the limit set with set_per_process_memory_fraction
             "free_bytes": device_free,
             "thread": threading.current_thread().name,
-            "in_flight": self._describe(flex.in_flight.get(threading.get_ident()), threads) if flex else None,
-            "last_calls": [self._describe(call, threads) for call in list(flex.last_calls)] if flex else [],
+            "in_flight": self._describe(in_flight.get(threading.get_ident())),
+            "last_calls": [self._describe(call) for call in list(flex.last_calls)] if flex else [],
             "dense_events": [e.to_dict() for e in self.dense.events[-8:]],
             "memory_snapshot": snapshot_path,
             "steps": self.steps,

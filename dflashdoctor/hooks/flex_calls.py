@@ -28,10 +28,11 @@ import linecache
 import os
 import re
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from threading import get_ident
+from threading import current_thread, get_ident
 from time import time
 from types import CodeType, FrameType
 from typing import Any
@@ -151,9 +152,11 @@ class FlexSite(CallStats):
         return data
 
 
-# An eager call as kept while it runs and after: (start time, site, thread ident, the site's calls
-# and dense forwards before it). A tuple: it is made inside the user's training step.
-FlexCall = tuple[float, "FlexSite", int, int, int]
+# An eager call as kept while it runs and after: (start time, site, the thread, the site's calls and
+# dense forwards before it). A tuple: it is made inside the user's training step. The thread itself,
+# not its ident, which Linux gives the next thread at once (DataParallel starts new ones each step);
+# its name is read when the call is told.
+FlexCall = tuple[float, "FlexSite", threading.Thread, int, int]
 
 
 class FlexCallRecorder:
@@ -327,8 +330,7 @@ class FlexCallRecorder:
             site = self._site_of(caller, recording_flex, via, about)
             in_flight = self.in_flight
             if in_flight is not None:  # inline: every call on the fused path pays for what runs here
-                ident = get_ident()
-                in_flight[ident] = (time(), site, ident, site.calls, site.dense_forward)
+                in_flight[get_ident()] = (time(), site, current_thread(), site.calls, site.dense_forward)
             before = self.dense.mark()
             try:
                 out = fn(query, key, value, *args, **kwargs)
