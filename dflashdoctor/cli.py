@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import io
 import os
@@ -10,9 +11,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -62,9 +63,13 @@ app = typer.Typer(
 _CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
+# The command line main() was given, as the user would retype it (`python -m` leaves a path in
+# argv[0]): reports quote it. Set for the length of one main() call.
+_COMMAND_LINE: contextvars.ContextVar[list[str]] = contextvars.ContextVar("command_line")
+
+
 def _argv() -> list[str]:
-    """The command line as the user would retype it (`python -m` leaves a path in argv[0])."""
-    return ["dflashdoctor", *sys.argv[1:]]
+    return list(_COMMAND_LINE.get(None) or ["dflashdoctor", *sys.argv[1:]])
 
 
 def _reported(
@@ -158,7 +163,7 @@ def run_command(
 ) -> None:
     """Run COMMAND (python ..., python -m ..., torchrun ...) with every Python process instrumented:
     the command goes after `--`."""
-    if "--" not in sys.argv:  # without it the command's own options (--steps, --json) would be taken as ours
+    if "--" not in _argv():  # without it the command's own options (--steps, --json) would be taken as ours
         raise BadInput("put the command after --, e.g. dflashdoctor run -- python train.py")
     folder, part = report_folder(report_dir, list(ctx.args), os.environ)
     directory = folder or new_report_dir("run")
@@ -511,52 +516,70 @@ def _one_line(message: str) -> str:
 
 
 _STOP_GRACE_S = 5.0
+_STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 
 
-def _exit_stopped(code: int) -> None:
-    """Exit with `code` once stopped: the probes are stopped already; a thread of ours still blocked
-    (a read that never returns) would keep the interpreter from exiting, as it joins its threads, so
-    after a grace period the process ends without waiting for it."""
-    deadline = time.monotonic() + _STOP_GRACE_S
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join(max(0.0, deadline - time.monotonic()))
-    if any(t.is_alive() and not t.daemon and t is not threading.current_thread() for t in threading.enumerate()):
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+def exit_process(code: int) -> NoReturn:
+    """The console entry's end. Stopped (Ctrl-C, SIGTERM), the probes are stopped already; a thread
+    of ours still blocked (a read that never returns) would keep the interpreter from exiting, as it
+    joins its threads, so after a grace period the process ends without waiting for it."""
+    if code in _STOPPED:
+        deadline = time.monotonic() + _STOP_GRACE_S
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() and not t.daemon and t is not threading.current_thread() for t in threading.enumerate()):
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
     sys.exit(code)
 
 
-def main() -> None:
-    """Console entry: bad input is one line and exit 2; an internal error is one line and exit 3;
-    interrupted outside a `run` (no report), 130 for Ctrl-C and 143 for SIGTERM."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
+def main(argv: Sequence[str] | None = None) -> int:
+    """`dflashdoctor ARGV` (sys.argv's when None), its exit code returned: bad input is one line and
+    2; an internal error is one line and 3; interrupted outside a `run` (no report), 130 for Ctrl-C
+    and 143 for SIGTERM. The SIGTERM handler it sets is put back on return."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    # signals are the main thread's: called from another, SIGTERM stays with whoever set it
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     _usable_streams()
+    token = _COMMAND_LINE.set(["dflashdoctor", *args])
     try:
-        code = app(standalone_mode=False)
+        return _main(args)
+    finally:
+        _COMMAND_LINE.reset(token)
+        if previous_sigterm is not None:  # None: set from C, where Python cannot put it back
+            signal.signal(signal.SIGTERM, previous_sigterm)
+
+
+def _main(args: list[str]) -> int:
+    try:
+        code = app(args=args, standalone_mode=False)
     except BadInput as exc:
         print(f"dflashdoctor: {_one_line(str(exc))}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        return EXIT_USAGE
     except _CLICK_ERROR as exc:  # unknown option, missing value, bad number, ...
         print(f"dflashdoctor: {exc.format_message()}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        return EXIT_USAGE
     except _Terminated:
         print("dflashdoctor: stopped by SIGTERM", file=sys.stderr)
-        _exit_stopped(128 + signal.SIGTERM)
+        return 128 + signal.SIGTERM
     except (typer.Abort, KeyboardInterrupt):
         print("dflashdoctor: interrupted", file=sys.stderr)
-        _exit_stopped(128 + signal.SIGINT)
+        return 128 + signal.SIGINT
     except OSError as exc:
         if exc.errno not in _OUTPUT_LOST:
             print(f"dflashdoctor: internal error: {_one_line(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
-            sys.exit(EXIT_CRASH)
+            return EXIT_CRASH
         # stdout on a full disk or a closed pipe: the output cannot be written, say so in one line
         with contextlib.suppress(OSError):
             print(f"dflashdoctor: cannot write the output: {exc.strerror}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
+        return EXIT_USAGE
+    except SystemExit as exc:  # typer's shell-completion options end the process themselves
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_CRASH)
     except Exception as exc:
         print(f"dflashdoctor: internal error: {_one_line(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
-        sys.exit(EXIT_CRASH)
-    sys.exit(code if isinstance(code, int) else 0)
+        return EXIT_CRASH
+    return code if isinstance(code, int) else 0

@@ -4,6 +4,7 @@ first (bytecode.keep_own_bytecode), then the CLI, whose imports are most of a co
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 from dflashdoctor.bytecode import keep_own_bytecode
 
@@ -23,9 +24,10 @@ def _standard_descriptors_open() -> None:
                 os.close(fd)
 
 
-def main() -> None:
+def main() -> NoReturn:
     _standard_descriptors_open()
     keep_own_bytecode()
-    from dflashdoctor.cli import main as cli_main  # after the bytecode is settled: see above
+    from dflashdoctor.cli import exit_process  # after the bytecode is settled: see above
+    from dflashdoctor.cli import main as cli_main
 
-    cli_main()
+    exit_process(cli_main())

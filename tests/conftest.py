@@ -1,6 +1,6 @@
 """Shared helpers: the CLI runs as a real child process, exactly as a user runs it (`cli`), or, for
-what the doctor's own process does, in this one (`cli_here`, `main_here`); GPU tests keep their
-reports where DFLASHDOCTOR_EVIDENCE_DIR says."""
+what the doctor's own process does, in this one through `cli.main(argv)` (`cli_here`, `main_here`);
+GPU tests keep their reports where DFLASHDOCTOR_EVIDENCE_DIR says."""
 
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def cli(tmp_path: Path):
     return invoke
 
 
-_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # cli.main and `run` set handlers
+_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # `run` sets handlers
 # A fresh interpreter's warning filters (PYTHONWARNINGS unset), where pytest's record every warning
 _FRESH_WARNING_FILTERS = [
     ("default", None, DeprecationWarning, "__main__", 0),
@@ -248,36 +248,27 @@ def _read(file: IO[bytes], errors: str) -> str:
 def run_main_here(
     cwd: Path, argv: Sequence[str], env: dict[str, str | None] | None = None, errors: str = "strict"
 ) -> subprocess.CompletedProcess[str]:
-    """`dflashdoctor ARGV` in this process: dflashdoctor.cli.main() with sys.argv set, in `cwd`, with
-    `env` added to the environment (None removes a variable), stdout and stderr captured (decoded
-    with `errors`, as `subprocess.run(..., errors=...)` would), its exit code from the SystemExit it
-    ends with; a warning is printed on its stderr, as a fresh interpreter prints it. sys.argv, the
-    working folder, the environment, sys.stdout/stderr, file descriptors 1 and 2, the warning filters
-    and the signal handlers it sets are restored, also when the call raises."""
+    """`dflashdoctor ARGV` in this process: dflashdoctor.cli.main(ARGV), in `cwd`, with `env` added
+    to the environment (None removes a variable), stdout and stderr captured (decoded with `errors`,
+    as `subprocess.run(..., errors=...)` would), and the exit code it returns; a warning is printed on
+    its stderr, as a fresh interpreter prints it. The working folder, the environment,
+    sys.stdout/stderr, file descriptors 1 and 2, the warning filters and the signal handlers `run`
+    sets are restored, also when the call raises."""
     from dflashdoctor.cli import main
 
     handlers = {number: signal.getsignal(number) for number in _HANDLED_SIGNALS}
     with pytest.MonkeyPatch.context() as patch, _output_captured() as (out, err), _warnings_as_a_fresh_interpreter():
         patch.chdir(cwd)
-        patch.setattr(sys, "argv", ["dflashdoctor", *argv])
         for name, value in (env or {}).items():
             if value is None:
                 patch.delenv(name, raising=False)
             else:
                 patch.setenv(name, value)
         try:
-            main()
-        except SystemExit as exc:
-            code = exc.code
-        else:
-            code = 0
+            code = main(list(argv))
         finally:
             for number, handler in handlers.items():
                 signal.signal(number, handler if handler is not None else signal.SIG_DFL)
-        if not isinstance(code, int):  # as the interpreter ends on sys.exit(None) or sys.exit("message")
-            if code is not None:
-                print(code, file=sys.stderr)
-            code = 0 if code is None else 1
         sys.stdout.flush()
         sys.stderr.flush()
         stdout, stderr = _read(out, errors), _read(err, errors)

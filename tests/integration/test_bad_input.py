@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -221,9 +223,35 @@ def test_a_doctor_stopped_with_a_thread_that_never_returns_still_exits(tmp_path)
 
     script = (
         "import threading, time\n"
-        "from dflashdoctor.cli import _exit_stopped\n"
+        "from dflashdoctor.cli import exit_process\n"
         "threading.Thread(target=time.sleep, args=(600,)).start()\n"
-        "_exit_stopped(143)\n"
+        "exit_process(143)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], timeout=60)
     assert done.returncode == 143
+
+
+def test_main_is_a_function_of_the_command_line_it_is_given(main_here, tmp_path):
+    """`cli.main(argv) -> int`, as pytest's main: the report quotes the command line given (this
+    process's own sys.argv is pytest's), the exit code is returned, not raised, and the SIGTERM
+    handler it sets for its run is put back."""
+    from dflashdoctor import cli
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    before = signal.getsignal(signal.SIGTERM)
+    done = main_here("lint", "a.py", "--report-dir", "r")
+    assert done.returncode == 0 and signal.getsignal(signal.SIGTERM) is before
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["argv"] == [
+        "dflashdoctor",
+        "lint",
+        "a.py",
+        "--report-dir",
+        "r",
+    ]
+    assert cli.main(["lint", "--no-such-option"]) == 2 and signal.getsignal(signal.SIGTERM) is before
+    assert cli.main(["--show-completion", "bash"]) == 0  # typer ends that option with SystemExit: returned too
+    from_a_thread: list[int] = []  # signals are the main thread's: from another, SIGTERM is left alone
+    worker = threading.Thread(target=lambda: from_a_thread.append(cli.main(["lint", "--no-such-option"])))
+    worker.start()
+    worker.join()
+    assert from_a_thread == [2] and signal.getsignal(signal.SIGTERM) is before
