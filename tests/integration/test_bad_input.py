@@ -249,7 +249,9 @@ def test_main_is_a_function_of_the_command_line_it_is_given(main_here, tmp_path)
         "r",
     ]
     assert cli.main(["lint", "--no-such-option"]) == 2 and signal.getsignal(signal.SIGTERM) is before
-    assert cli.main(["--show-completion", "bash"]) == 0  # typer ends that option with SystemExit: returned too
+    # typer ends its completion options with SystemExit (0, or 1 where it cannot name the program, as
+    # under an xdist worker): returned as the code, not raised past main
+    assert cli.main(["--show-completion", "bash"]) in (0, 1)
     from_a_thread: list[int] = []  # signals are the main thread's: from another, SIGTERM is left alone
     worker = threading.Thread(target=lambda: from_a_thread.append(cli.main(["lint", "--no-such-option"])))
     worker.start()
