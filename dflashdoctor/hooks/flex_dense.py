@@ -34,7 +34,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 from dflashdoctor.agent.post_import import when_imported
 from dflashdoctor.hooks.dynamo_skip import skip_tree
@@ -68,6 +68,7 @@ _ROUTE_FACTS = (
     _HAS_CTX | _HOP_WRAPPER_CODE | _FLEX_CODE | _EVAL_FRAME_CODE | _GENERATED_CODE | _DISABLED_CODE | _RECOMPUTE_CODE
 )
 _LAYERS_KEPT = 4096  # forward layers awaiting their backward, per graph module path
+_T = TypeVar("_T")
 _CODES_KEPT = 8192  # code objects (and graph lines) whose facts are kept; past it a table starts again
 # dflashdoctor's own instrumentation, never a call site: another recorder's stand-in may sit between
 # the user and the kernel (a test's expect_fused() inside a `dflashdoctor run`).
@@ -237,6 +238,36 @@ def _score_bytes(q_shape: list[int], kv_shape: list[int]) -> int:
     return batch * q_heads * q_len * kv_shape[2] * _SCORE_BYTES_PER_ELEMENT
 
 
+class _ByInstruction(Generic[_T]):
+    """A value worked out once per instruction of a code object, keyed by the instruction's offset,
+    not its line: a frame's line is found by scanning its code's line table from the start (~10 us in
+    the generated forward of a whole model, on every dense call). Holds each code object, so that its
+    id stays its own; bounded, as generated graphs come and go."""
+
+    def __init__(self) -> None:
+        self._table: dict[tuple[int, int], tuple[CodeType, _T]] = {}
+
+    def get(self, frame: FrameType, work_out: Callable[[FrameType], _T]) -> _T:
+        key = (id(frame.f_code), frame.f_lasti)
+        known = self._table.get(key)
+        if known is None:
+            if len(self._table) >= _CODES_KEPT:
+                self._table.clear()
+            known = self._table[key] = (frame.f_code, work_out(frame))
+        return known[1]
+
+
+def _place(frame: FrameType) -> tuple[str, int]:
+    """`file:line in function` of a user frame, and the line."""
+    code, line = frame.f_code, frame.f_lineno
+    return f"{code.co_filename}:{line} in {code.co_name}", line
+
+
+def _node_module(frame: FrameType) -> tuple[str, str] | None:
+    node = node_of(frame)
+    return (node.module_path, node.module_class) if node else None
+
+
 class DenseFlexRecorder:
     """Context manager: while active, every dense flex_attention kernel call becomes a DenseEvent.
 
@@ -291,10 +322,10 @@ class DenseFlexRecorder:
         self._older_work_lock = threading.Lock()  # blocks on two threads open and close at once
         # id(code) -> (code, its _USER.. bits). Holding the code keeps its id from being reused.
         self._facts: dict[int, tuple[CodeType, int]] = {}
-        # (id(code), instruction offset) of a generated graph -> (code, the node's module path and class, or None).
-        self._graph_lines: dict[tuple[int, int], tuple[CodeType, tuple[str, str] | None]] = {}
-        # (id(code), instruction offset) of a user frame -> (code, `file:line in function`, line).
-        self._places: dict[tuple[int, int], tuple[CodeType, str, int]] = {}
+        # a generated graph's instruction -> the node's module path and class, or None
+        self._graph_lines: _ByInstruction[tuple[str, str] | None] = _ByInstruction()
+        # a user frame's instruction -> (`file:line in function`, line)
+        self._places: _ByInstruction[tuple[str, int]] = _ByInstruction()
         self._recompute_codes = _recompute_codes()
         # where the user last set the compiler stance (`file:line`), told by the flex-call recorder
         self.stance_set_at: str | None = None
@@ -511,7 +542,7 @@ class DenseFlexRecorder:
         kv_shape = list(getattr(key, "shape", ()))
         frames, route, ctx, generated, disabled_at, recomputed = self._walk(sys._getframe(2))
         node = self._graph_node(generated) if generated is not None else None
-        places = [self._place(frame) for frame in frames]
+        places = [self._places.get(frame, _place) for frame in frames]
         if route is None and node is not None:  # AOTAutograd's graph calls the op itself, below flex_attention
             route = "graph"
         event = DenseEvent(
@@ -542,34 +573,10 @@ class DenseFlexRecorder:
             self.dropped += half
         return event
 
-    def _place(self, frame: FrameType) -> tuple[str, int]:
-        """`file:line in function` of a user frame, and the line: read once per instruction, as a
-        frame's line is found by scanning its code's line table from the start (a long training
-        function's, on every dense call, cost more than the rest of the stack)."""
-        code = frame.f_code
-        key = (id(code), frame.f_lasti)
-        known = self._places.get(key)
-        if known is None:
-            if len(self._places) >= _CODES_KEPT:
-                self._places.clear()
-            line = frame.f_lineno
-            known = self._places[key] = (code, f"{code.co_filename}:{line} in {code.co_name}", line)
-        return known[1], known[2]
-
     def _graph_node(self, frame: FrameType) -> GraphNode | None:
         """The node a generated graph's frame is running, read once per instruction of the graph: a
-        generated code object belongs to one GraphModule, whose nodes keep their module stacks. Keyed
-        by the instruction's offset, not its line: a frame's line is found by scanning the code's line
-        table from the start, ~10 us in the generated forward of a whole model (one per dense call)."""
-        code = frame.f_code
-        key = (id(code), frame.f_lasti)
-        known = self._graph_lines.get(key)
-        if known is None:
-            node = node_of(frame)
-            if len(self._graph_lines) >= _CODES_KEPT:
-                self._graph_lines.clear()
-            known = self._graph_lines[key] = (code, (node.module_path, node.module_class) if node else None)
-        module = known[1]
+        generated code object belongs to one GraphModule, whose nodes keep their module stacks."""
+        module = self._graph_lines.get(frame, _node_module)
         return GraphNode(module_path=module[0], module_class=module[1], frame=frame) if module else None
 
     def _layer(self, node: GraphNode | None, frames: list[FrameType], kind: str) -> str | None:

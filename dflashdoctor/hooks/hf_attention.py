@@ -41,6 +41,7 @@ from dflashdoctor.hooks.module_names import ModuleNamer
 
 _ATTENTION_MODULE = re.compile(r"(Attention|DeltaNet|Mamba|LinearAttn)$")
 _MODULE_FORWARD = "module-forward"  # the impl of a call seen by a layer hook only: the layer's own forward
+_LAYER_SITES_KEPT = 4096  # attention modules whose site is remembered by identity
 TORCH_FALLBACK = "torch fallback"  # a linear-attention layer bound to transformers' own torch code
 
 
@@ -336,6 +337,8 @@ class HFAttentionRecorder:
                 site = known[1]
             else:
                 site = self._site(module, _MODULE_FORWARD, sys._getframe(1))
+                if len(layer_sites) >= _LAYER_SITES_KEPT:  # models made anew every step: stay bounded
+                    layer_sites.clear()
                 layer_sites[id(module)] = (weakref.ref(module), site)
             site.training = bool(module.training)
             site.calls += 1
