@@ -16,7 +16,7 @@ import sys
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from dflashdoctor.records import (
     BytecodeRecord,
@@ -24,6 +24,7 @@ from dflashdoctor.records import (
     ClassAuditRecord,
     CompileRecord,
     ConcurrentEntryRecord,
+    DenseEventRecord,
     DeviceMemory,
     FixReplayRecord,
     FlaState,
@@ -97,6 +98,11 @@ class DenseEvent:
 
     def to_dict(self) -> dict[str, Any]:
         return dump(self)
+
+    def to_record(self) -> DenseEventRecord:
+        """As a record keeps it (an out-of-memory's last dense kernels): `dump` writes exactly the
+        record's keys (tests/unit/test_records.py holds the two together)."""
+        return cast(DenseEventRecord, dump(self))
 
 
 @dataclass

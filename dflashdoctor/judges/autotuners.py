@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from dflashdoctor.agent.process import is_user_file
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import frame_where
+from dflashdoctor.records import ConcurrentEntryRecord
 from dflashdoctor.report import Finding
 
 _OWN_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # its stub kernel's frames
@@ -41,9 +41,9 @@ def _entered_from(frames: list[str], launched: str | None) -> str:
     return f" It entered from {caller}."
 
 
-def concurrent_entry_findings(overlaps: list[dict[str, Any]]) -> list[Finding]:
+def concurrent_entry_findings(overlaps: list[ConcurrentEntryRecord]) -> list[Finding]:
     """One `concurrent-autotuner-entry` per kernel, from the guard's records (`ConcurrentEntry.to_dict`)."""
-    by_kernel: dict[str, list[dict[str, Any]]] = {}
+    by_kernel: dict[str, list[ConcurrentEntryRecord]] = {}
     for overlap in overlaps:
         by_kernel.setdefault(overlap["kernel"], []).append(overlap)
     findings = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dflashdoctor.budgets import Budgets
@@ -10,7 +11,7 @@ from dflashdoctor.cache.observations import CacheObservations
 from dflashdoctor.cache.repair_log import QuarantineRun, Refusal
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, size_text
-from dflashdoctor.report import Finding, ProbeResult, Where
+from dflashdoctor.report import CheckStatus, Finding, ProbeResult, Where
 
 _CODES = {
     "corrupt": "cache-corrupt-entry",
@@ -34,7 +35,7 @@ _TITLES = {
 }
 
 
-def shared_filesystem_finding(kind: str, path: str, facts: dict[str, Any], evidence: dict[str, Any]) -> Finding:
+def shared_filesystem_finding(kind: str, path: str, facts: Mapping[str, object], evidence: dict[str, Any]) -> Finding:
     """One wording for `cache check` and `env`: the gate keeps one of the two for the same root."""
     return finding(
         "cache-shared-filesystem",
@@ -125,7 +126,7 @@ class CacheJudge(Judge):
         place = self.findings[before:]  # where the root lives: a network filesystem, no space, not writable
         broken = [p for p in live if p.kind in _CODES]
         failed = any(p.kind in ("corrupt", "unreadable") for p in broken) or any(f.severity == "error" for f in place)
-        status = "fail" if failed else "warn" if broken or place else "pass"
+        status: CheckStatus = "fail" if failed else "warn" if broken or place else "pass"
         summary = (
             f"{scan.entries} entries, {scan.files} files, {size_text(scan.bytes)} in {scan.seconds} s ({scan.source}); "
             + (f"{len(broken)} broken or left over" if broken else "entries intact" if place else "all intact")
@@ -165,8 +166,8 @@ class CacheJudge(Judge):
         evidence = {"root": scan.path, **facts}
         if facts.get("network_filesystem"):
             self.findings.append(shared_filesystem_finding(scan.kind, scan.path, facts, evidence))
-        if facts.get("untrusted"):
-            self.findings.append(untrusted_root_finding(scan.kind, scan.path, facts["untrusted"], evidence))
+        if untrusted := facts.get("untrusted"):
+            self.findings.append(untrusted_root_finding(scan.kind, scan.path, untrusted, evidence))
         if facts.get("empty"):
             self.findings.append(
                 finding(
@@ -224,7 +225,7 @@ class CacheJudge(Judge):
                 )
             )
 
-    def _left_status(self, root: str) -> str:
+    def _left_status(self, root: str) -> CheckStatus:
         """fail when an error-level problem of `root` is still in place, else warn."""
         scan = next((s for s in self.scans if s.path == root), None)
         live = [p for p in (scan.problems if scan else []) if p.entry not in self.moved]

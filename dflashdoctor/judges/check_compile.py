@@ -30,8 +30,8 @@ from dflashdoctor.judges.raised_cause import explain_raised
 from dflashdoctor.judges.tables import shape_subject
 from dflashdoctor.observations import CheckCompileObservations
 from dflashdoctor.probe_support import first_line
-from dflashdoctor.records import Phase
-from dflashdoctor.report import Bar, Comparison, ProbeResult, Where
+from dflashdoctor.records import BoundName, CompileRecord, Phase, PhaseRecord, SourceSite
+from dflashdoctor.report import Bar, CheckStatus, Comparison, ProbeResult, Where
 
 _SCORE_MATRIX_FRACTION = 0.5  # a fused peak this close to one score matrix means it was built
 # Relative error of the output against a float32 eager reference, by input dtype. Gradients sum
@@ -42,8 +42,22 @@ _REFS_FLEX = "https://pytorch.org/blog/flexattention/"
 _REFS_RECOMPILE = "https://docs.pytorch.org/docs/stable/torch.compiler_troubleshooting.html"
 
 
-def _where(site: dict[str, Any] | None) -> Where | None:
-    return Where(**{k: site.get(k) for k in ("file", "line", "function", "module")}) if site else None
+def _where(site: SourceSite | None) -> Where | None:
+    if not site:
+        return None
+    return Where(file=site["file"], line=site["line"], function=site["function"], module=site.get("module"))
+
+
+def _bound_at(bound: BoundName | None) -> Where | None:
+    return Where(file=bound["file"], line=bound["line"], module=bound["module"]) if bound else None
+
+
+def _peak(phase: PhaseRecord | None) -> int | None:
+    return phase["peak_bytes"] if phase else None
+
+
+def _backward_s(phase: PhaseRecord | None) -> float | None:
+    return phase.get("backward_s") if phase else None
 
 
 def _ratio(dense: int | None, fused: int | None) -> float | None:
@@ -210,7 +224,7 @@ class CheckCompileJudge(Judge):
                 "backward", "fail", f"dense backward in {n_bwd} of the target's calls", *(cause or ["dense-backward"])
             )
         elif not self._backward_completed():
-            raised = (self.observations.target_error or {}).get("phase") or ""
+            raised = self.observations.target_error["phase"] if self.observations.target_error else ""
             why = "it raised" if Phase.is_backward(raised) else "the target's forward failed first"
             self._check("backward", "skip", f"never completed: {why}")
         else:
@@ -265,15 +279,15 @@ class CheckCompileJudge(Judge):
                         f"{first.dtype}, building a float32 score matrix of "
                         f"{size_text(first.score_matrix_bytes)} per call. {cause}"
                     ),
-                    where=_where(first.site) or _where(self.observations.target.get("assigned")),
+                    where=_where(first.site) or _bound_at(self.observations.target.get("assigned")),
                     evidence={**self._dense_evidence(), "stack": first.stack, "backends": backends},
                     fix=fix,
                     refs=[_REFS_FLEX],
                 )
             )
 
-    def _recompile_limit_finding(self, limit: dict[str, Any]) -> None:
-        reasons = [c["recompile_reason"] for c in self.compiles if c.get("recompile_reason")]
+    def _recompile_limit_finding(self, limit: CompileRecord) -> None:
+        reasons = [reason for c in self.compiles if (reason := c.get("recompile_reason"))]
         guard = last_guard(self.compiles, limit, self.observations.target.get("file"))
         limit_value = self.observations.recompile_limit
         why = why_the_guard_recompiles(guard)
@@ -303,7 +317,7 @@ class CheckCompileJudge(Judge):
             )
         )
 
-    def _skip_finding(self, skip: dict[str, Any]) -> None:
+    def _skip_finding(self, skip: CompileRecord) -> None:
         exc = raised_exception(skip)
         raised_at = f"{skip.get('fail_user_frame_filename')}:{skip.get('fail_user_frame_lineno')}"
         where = self._first_dense_site(either=True) or Where(
@@ -338,11 +352,10 @@ class CheckCompileJudge(Judge):
     # -- memory and numerics ------------------------------------------------------------------
     def _warm_peak(self, backward: bool) -> int | None:
         peaks = [
-            p.get("peak_bytes")
+            peak
             for name, p in self.phases.items()
-            if Phase.is_warm(name) and Phase.is_backward(name) == backward
+            if Phase.is_warm(name) and Phase.is_backward(name) == backward and (peak := p["peak_bytes"]) is not None
         ]
-        peaks = [p for p in peaks if p is not None]
         return max(peaks) if peaks else None
 
     def _memory(self) -> None:
@@ -360,8 +373,8 @@ class CheckCompileJudge(Judge):
             phase = self.observations.target_error.get("phase") or "its first call"
             self._check("memory", "skip", f"not measured: the target raised in {phase} before its warm calls")
             return
-        eager_fwd = self.phases.get(Phase.EAGER, {}).get("peak_bytes")
-        eager_bwd = self.phases.get(Phase.backward(Phase.EAGER), {}).get("peak_bytes")
+        eager_fwd = _peak(self.phases.get(Phase.EAGER))
+        eager_bwd = _peak(self.phases.get(Phase.backward(Phase.EAGER)))
         fwd_ratio, bwd_ratio = _ratio(eager_fwd, fwd), _ratio(eager_bwd, bwd)
         self.measurements.update(
             fwd_peak_bytes=fwd,
@@ -405,7 +418,11 @@ class CheckCompileJudge(Judge):
 
     def _numerics(self) -> None:
         numerics = self.observations.numerics
-        errors = {k.removesuffix("_rel_err"): v for k, v in numerics.items() if k.endswith("_rel_err")}
+        errors = {
+            k.removesuffix("_rel_err"): float(v)
+            for k, v in numerics.items()
+            if k.endswith("_rel_err") and isinstance(v, int | float)
+        }
         if not errors:
             return
         dtype = self.observations.shape["dtype"]
@@ -428,12 +445,12 @@ class CheckCompileJudge(Judge):
                     "target changes between calls.",
                 )
             )
-        status = "fail" if bad else "pass"
+        status: CheckStatus = "fail" if bad else "pass"
         self._check("numerics", status, f"relative error {summary} ({limits})", "numeric-mismatch")
 
     def _varying(self) -> None:
         vary = self.observations.vary
-        recompiles = [c for c in self.compiles if c.get("recompile_reason")]
+        recompiles = [reason for c in self.compiles if (reason := c.get("recompile_reason"))]
         self.measurements["recompiles"] = len(recompiles)
         self.measurements["vary"] = [asdict(call) for call in vary]
         if not vary:
@@ -444,18 +461,18 @@ class CheckCompileJudge(Judge):
         explained = any(f.code in ("recompile-limit-fallback", "dynamo-skip-fallback") for f in self.findings)
         if over and not explained:
             target_file = self.observations.target.get("file")
-            reasons = [parse_guard(c["recompile_reason"], target_file).expression for c in recompiles]
+            reasons = [parse_guard(reason, target_file).expression for reason in recompiles]
             self.findings.append(
                 finding(
                     "recompiles",
                     f"{len(recompiles)} recompiles, above the budget of {self.budgets.max_recompiles}",
                     detail="Each recompile costs a compile and brings the recompile limit closer. "
                     f"The guards that failed, last first: {'; '.join(reversed(reasons[-3:]))}",
-                    evidence={"recompile_reasons": [first_line(c["recompile_reason"], "") for c in recompiles]},
+                    evidence={"recompile_reasons": [first_line(reason, "") for reason in recompiles]},
                     fix="Make the varying value a tensor or a dynamic dimension; see the guard named above.",
                 )
             )
-        status = "fail" if dense_calls else "warn" if over else "pass"
+        status: CheckStatus = "fail" if dense_calls else "warn" if over else "pass"
         self._check(
             "varying lengths",
             status,
@@ -471,7 +488,7 @@ class CheckCompileJudge(Judge):
         self._graph_break_check(breaks, "while the target ran")
 
     def _timing(self) -> None:
-        first = self.phases.get(Phase.FIRST, {})
+        first = self.phases.get(Phase.FIRST)
         first_compiles = [c for c in self.compiles if c["phase"] == Phase.FIRST]
         compile_s = sum(c.get("entire_frame_compile_time_s") or 0 for c in first_compiles)
         hits = sum(c.get("inductor_fx_local_cache_hit_count") or 0 for c in first_compiles)
@@ -483,14 +500,15 @@ class CheckCompileJudge(Judge):
             **{name: phase.get("wall_s") for name, phase in self.phases.items()},
         }
         self.measurements.update(
-            first_call_s=first.get("forward_s"),
-            first_backward_s=self.phases.get(Phase.backward(Phase.FIRST), {}).get("backward_s"),
-            warm_forward_s=first.get("warm_forward_median_s"),
+            first_call_s=first.get("forward_s") if first else None,
+            first_backward_s=_backward_s(self.phases.get(Phase.backward(Phase.FIRST))),
+            warm_forward_s=first.get("warm_forward_median_s") if first else None,
             warm_backward_s=statistics.median(warm_backward) if warm_backward else None,
             compile_s=round(compile_s, 3),
             fx_graph_cache_hits=hits,
         )
-        if first.get("forward_s") is None or first.get("warm_forward_median_s") is None:
+        call_s, warm_s = (first.get("forward_s"), first.get("warm_forward_median_s")) if first else (None, None)
+        if call_s is None or warm_s is None:
             return
         cache = "warm Inductor cache" if hits else "cold Inductor cache" if misses else "no Inductor graph"
         self.comparisons.append(
@@ -498,16 +516,15 @@ class CheckCompileJudge(Judge):
                 title="Forward call time",
                 unit="seconds",
                 bars=[
-                    Bar("first call (compile)", first["forward_s"]),
-                    Bar("warm call (median)", first["warm_forward_median_s"]),
+                    Bar("first call (compile)", call_s),
+                    Bar("warm call (median)", warm_s),
                 ],
             )
         )
         self._check(
             "compile time",
             "info",
-            f"first call {first['forward_s']:.2f} s ({cache}, dynamo+inductor {compile_s:.2f} s), "
-            f"warm {first['warm_forward_median_s'] * 1e3:.2f} ms",
+            f"first call {call_s:.2f} s ({cache}, dynamo+inductor {compile_s:.2f} s), warm {warm_s * 1e3:.2f} ms",
         )
 
     def _oom(self) -> None:

@@ -34,6 +34,8 @@ from dflashdoctor.judges.dynamo_causes import (
     parse_guard,
     raised_exception,
 )
+from dflashdoctor.records import CompileCall as CompileCallRecord
+from dflashdoctor.records import CompileRecord, RawRebound
 from dflashdoctor.report import Where
 
 CauseKind = Literal[
@@ -54,6 +56,11 @@ CauseKind = Literal[
     "compile-failed",
     "skipped-frame",
     "compiled-but-eager",
+    # an exception a traced step raised, read as the cause it is (raised_cause.py, known_causes.py)
+    "fullgraph-break",
+    "flex-cpu-backward",
+    "fx-tracing-flag",
+    "shared-autotuner",
     "unknown",
 ]
 
@@ -117,7 +124,7 @@ class CompileCall:
         return Where(file=self.file, line=self.line)
 
     @staticmethod
-    def read(records: list[dict[str, Any]]) -> list[CompileCall]:
+    def read(records: list[CompileCallRecord]) -> list[CompileCall]:
         calls = []
         for r in records:
             if isinstance(r, dict) and isinstance(r.get("file"), str) and isinstance(r.get("line"), int):
@@ -149,7 +156,7 @@ class DenseCall:
     in_outer_region: bool = False  # traced inside a compiled region that is not a flex wrapper
     wrapper_backend: str | None = None  # the user's compiled flex wrapper's own backend
     wrapper_compiled_at: str | None = None
-    rebound: dict[str, Any] | None = None  # the compiled-looking name the call used was rebound raw
+    rebound: RawRebound | None = None  # the compiled-looking name the call used was rebound raw
     known_file: str | None = None  # a file the guard's shortened path may stand for
     disabled_at: str | None = None  # `file:line in name`: the torch.compiler.disable'd function that called it
     stance: str | None = None  # torch.compiler.set_stance's stance at the call, when not the default
@@ -160,7 +167,7 @@ class DenseCall:
 
 def explain(
     call: DenseCall,
-    compiles: list[dict[str, Any]],
+    compiles: list[CompileRecord],
     compile_calls: list[CompileCall],
     *,
     dynamo_disabled: bool = False,
@@ -209,11 +216,11 @@ def explain(
     return Cause("unknown", "unknown: no eager backend, recompile limit or skipped frame was recorded", FIX_WRAPPER)
 
 
-def _flex_limit_record(compiles: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _flex_limit_record(compiles: list[CompileRecord]) -> CompileRecord | None:
     """The latest recompile-limit record of a flex_attention frame, else the latest of any frame."""
     limits = [r for r in compiles if is_recompile_limit(r)]
     flex = [r for r in limits if frame_name(r, compiles) in _FLEX_FRAMES]
-    return (flex or limits or [None])[-1]
+    return (flex or limits)[-1] if limits else None
 
 
 def _graph_backend(backend: str | None, compile_calls: list[CompileCall]) -> Cause:
@@ -309,15 +316,15 @@ def _wrapper_backend(backend: str, compiled_at: str | None) -> Cause:
 _EAGER_STANCES = ("force_eager", "eager_on_recompile")
 
 
-def _stance(stance: str, set_at: str | None, compiles: list[dict[str, Any]]) -> Cause:
+def _stance(stance: str, set_at: str | None, compiles: list[CompileRecord]) -> Cause:
     """dynamo's compiler stance made the compiled code run as plain Python."""
     at = f" at {set_at}" if set_at else ""
     if stance == "force_eager":
         what = "every compiled call runs as plain Python"
         fix = f'Remove `torch.compiler.set_stance("force_eager")`{at} (or set "default" again before training).'
     else:
-        recompiled = [r for r in compiles if r.get("recompile_reason")]
-        guard = parse_guard(recompiled[-1]["recompile_reason"]).expression if recompiled else None
+        reasons = [reason for r in compiles if (reason := r.get("recompile_reason"))]
+        guard = parse_guard(reasons[-1]).expression if reasons else None
         what = "each call that needs a recompile runs as plain Python instead" + (
             f" (the guard that failed: `{guard}`)" if guard else ""
         )
@@ -371,7 +378,7 @@ def _disabled_region(disabled_at: str, compile_calls: list[CompileCall]) -> Caus
     )
 
 
-def _rebound(rebound: dict[str, Any]) -> Cause:
+def _rebound(rebound: RawRebound) -> Cause:
     name, at = rebound.get("name") or "the wrapper", rebound.get("file")
     where = Where(file=at, line=rebound.get("line")) if at else None
     place = f" at {at}:{rebound.get('line')}" if at else ""
@@ -386,7 +393,7 @@ def _rebound(rebound: dict[str, Any]) -> Cause:
     )
 
 
-def _skipped(record: dict[str, Any], compiles: list[dict[str, Any]]) -> Cause:
+def _skipped(record: CompileRecord, compiles: list[CompileRecord]) -> Cause:
     raised_at = record.get("fail_user_frame_filename")
     where = Where(file=raised_at, line=record.get("fail_user_frame_lineno")) if raised_at else None
     return Cause(
@@ -399,8 +406,8 @@ def _skipped(record: dict[str, Any], compiles: list[dict[str, Any]]) -> Cause:
 
 
 def recompile_limit(
-    compiles: list[dict[str, Any]],
-    limit: dict[str, Any],
+    compiles: list[CompileRecord],
+    limit: CompileRecord,
     compile_calls: list[CompileCall],
     known_file: str | None,
 ) -> Cause:
@@ -449,15 +456,15 @@ _STAGES = {
 
 
 def failed_compile(
-    record: dict[str, Any], what_then: str, known_file: str | None = None, site_at: str | None = None
+    record: CompileRecord, what_then: str, known_file: str | None = None, site_at: str | None = None
 ) -> Cause:
     """A compile that ended in an error: a changing Python float when its recompile guard pins one
     (automatic dynamic shapes made it symbolic, which Inductor's flex lowering rejects), else what
     the record shows: the frame, the stage and the error."""
     stage = _STAGES.get(str(record.get("fail_type")), "compiling")
     reason = (str(record.get("fail_reason") or "").strip().splitlines() or ["?"])[0][:200]
-    if record.get("recompile_reason"):
-        guard = parse_guard(record["recompile_reason"], known_file, record.get("co_filename"))
+    if recompile_reason := record.get("recompile_reason"):
+        guard = parse_guard(recompile_reason, known_file, record.get("co_filename"))
         if changing_float_guard(guard.expression):
             return changing_float(
                 guard,

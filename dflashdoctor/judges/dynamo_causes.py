@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from dflashdoctor.probe_support import first_line
+from dflashdoctor.records import CompileRecord
 from dflashdoctor.report import Where
 
 RECOMPILE_LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit")
@@ -31,7 +31,7 @@ _NOT_THE_USERS = (
 _HINT = re.compile(r'\(HINT: guard on "([^"]+)"\)')
 
 
-def recompile_limit_record(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+def recompile_limit_record(records: list[CompileRecord]) -> CompileRecord | None:
     """The first compile that failed because the recompile limit was hit."""
     for record in records:
         if is_recompile_limit(record):
@@ -39,7 +39,7 @@ def recompile_limit_record(records: list[dict[str, Any]]) -> dict[str, Any] | No
     return None
 
 
-def skipped_frame_record(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+def skipped_frame_record(records: list[CompileRecord]) -> CompileRecord | None:
     """The first compile whose frame raised, which makes dynamo skip that code for the process."""
     for record in records:
         if is_skipped_frame(record):
@@ -47,16 +47,16 @@ def skipped_frame_record(records: list[dict[str, Any]]) -> dict[str, Any] | None
     return None
 
 
-def is_recompile_limit(record: dict[str, Any]) -> bool:
+def is_recompile_limit(record: CompileRecord) -> bool:
     reason = (record.get("fail_reason") or "").lower()
     return any(marker in reason for marker in RECOMPILE_LIMIT_MARKERS)
 
 
-def is_skipped_frame(record: dict[str, Any]) -> bool:
+def is_skipped_frame(record: CompileRecord) -> bool:
     return bool(record.get("fail_type")) and bool(RAISED.search(record.get("fail_reason") or ""))
 
 
-def raised_exception(record: dict[str, Any]) -> str | None:
+def raised_exception(record: CompileRecord) -> str | None:
     """`Type(message)` of the exception that got a frame skipped, as dynamo wrote it."""
     match = RAISED.search(record.get("fail_reason") or "")
     return f"{match.group(1)}({match.group(2)})" if match else record.get("fail_type")
@@ -85,8 +85,8 @@ class Guard:
     def user_line(self) -> Where | None:
         """The user's line for it: the guard's own location unless that is a library's, else the
         innermost user frame dynamo's stack names."""
-        known = self.where is not None and os.path.isabs(self.where.file)  # dynamo cuts long paths short
-        if self.where is not None and known and not is_library_file(self.where.file):
+        file = self.where.file if self.where is not None else None
+        if file and os.path.isabs(file) and not is_library_file(file):  # dynamo cuts long paths short
             return self.where
         return self.user_where or self.where
 
@@ -133,11 +133,11 @@ def is_library_file(file: str) -> bool:
     return any(part in path for part in _NOT_THE_USERS)
 
 
-def last_guard(records: list[dict[str, Any]], limit: dict[str, Any], known_file: str | None) -> Guard:
+def last_guard(records: list[CompileRecord], limit: CompileRecord, known_file: str | None) -> Guard:
     """The guard whose failures used up the recompile limit: the limit record's own reason, else the
     last recompile reason before it."""
     with_reasons = [r for r in records if r.get("recompile_reason")]
-    source = limit if limit.get("recompile_reason") else (with_reasons[-1] if with_reasons else {})
+    source = limit if limit.get("recompile_reason") else (with_reasons[-1] if with_reasons else limit)
     return parse_guard(source.get("recompile_reason") or "", known_file, source.get("guard_file"))
 
 
@@ -150,7 +150,7 @@ def why_the_guard_recompiles(guard: Guard) -> str:
     )
 
 
-def frame_name(record: dict[str, Any], records: list[dict[str, Any]]) -> str | None:
+def frame_name(record: CompileRecord, records: list[CompileRecord]) -> str | None:
     """The function a compile record is about. A failed compile may carry no name (torch 2.13
     leaves `co_name` empty on the recompile-limit record); the frame's other compiles, which share
     its frame id (`0/` of `0/2`), do. The last such record before it counts: ids restart after a

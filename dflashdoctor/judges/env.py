@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import asdict
-from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
@@ -16,6 +15,7 @@ from dflashdoctor.judges.base import Judge, size_text
 from dflashdoctor.judges.cache import shared_filesystem_finding, untrusted_root_finding
 from dflashdoctor.judges.fla import fla_guard_finding, fla_not_usable_finding, why_fla_cannot_run
 from dflashdoctor.observations import EnvObservations
+from dflashdoctor.records import BytecodeRecord, FlaState, PackageBytecode
 from dflashdoctor.report import Finding, ProbeResult
 
 DEFAULT_RECOMPILE_LIMIT = 8
@@ -103,7 +103,7 @@ class EnvJudge(Judge):
         if "TORCH_LOGS" in variables:  # not harmful, but it silences in-process logging setup
             self._check("TORCH_LOGS", "info", "set: torch._logging.set_logs() is ignored while it is")
 
-    def _fla(self, fla: dict[str, Any] | None) -> None:
+    def _fla(self, fla: FlaState | None) -> None:
         """FLA's kernels on this machine, judged from its platform and its own guards, without running a
         model: the same findings a model trace meets."""
         if fla is None:
@@ -119,12 +119,12 @@ class EnvJudge(Judge):
         self._check("fla kernels", "warn" if found else "pass", summary, "kernel-unavailable")
 
     def _shared_roots(self) -> None:
-        untrusted = [r for r in self.cache_roots if r.get("untrusted")]
-        for root in untrusted:
+        untrusted = [(r, why) for r in self.cache_roots if (why := r["untrusted"])]
+        for root, why in untrusted:
             evidence = {"root": root["path"], "source": root["source"]}
-            self.findings.append(untrusted_root_finding(root["kind"], root["path"], root["untrusted"], evidence))
+            self.findings.append(untrusted_root_finding(root["kind"], root["path"], why, evidence))
         if untrusted:
-            named = ", ".join(f"{r['kind']} {r['path']}" for r in untrusted)
+            named = ", ".join(f"{r['kind']} {r['path']}" for r, _ in untrusted)
             self._check(
                 "cache trust", "fail", f"code another user could have put there: {named}", "cache-root-untrusted"
             )
@@ -151,7 +151,7 @@ class EnvJudge(Judge):
             self.findings.append(self._bytecode_finding(state, stuck, counts))
             self._check("bytecode", "warn", f"{counts} modules compiled, and none is written", "bytecode-not-cached")
 
-    def _bytecode_finding(self, state: dict[str, Any], stuck: list[dict[str, Any]], counts: str) -> Finding:
+    def _bytecode_finding(self, state: BytecodeRecord, stuck: list[PackageBytecode], counts: str) -> Finding:
         names = ", ".join(p["package"] for p in stuck)
         if not state["dont_write_bytecode"]:
             why = "their folders are not writable"

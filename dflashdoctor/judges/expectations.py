@@ -6,8 +6,6 @@ reads like `dflashdoctor check-compile` or `run` would on the same code.
 
 from __future__ import annotations
 
-from typing import Any
-
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.autotuners import concurrent_entry_findings
 from dflashdoctor.judges.base import size_text
@@ -21,6 +19,7 @@ from dflashdoctor.judges.dynamo_causes import (
     why_the_guard_recompiles,
 )
 from dflashdoctor.observations import BlockObservations, DenseEvent
+from dflashdoctor.records import CompileRecord
 from dflashdoctor.report import Finding, Where
 
 
@@ -32,7 +31,7 @@ def _where(event: DenseEvent) -> Where | None:
     site = event.site
     if not site:
         return None
-    return Where(file=site.get("file"), line=site.get("line"), function=site.get("function"), module=event.layer)
+    return Where(file=site["file"], line=site["line"], function=site["function"], module=event.layer)
 
 
 def _thread(event: DenseEvent) -> str:
@@ -43,7 +42,7 @@ def _thread(event: DenseEvent) -> str:
     return f"thread {event.thread}"
 
 
-def _fallbacks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _fallbacks(records: list[CompileRecord]) -> list[CompileRecord]:
     return [r for r in records if is_recompile_limit(r) or is_skipped_frame(r)]
 
 
@@ -52,7 +51,7 @@ def dense_cause(event: DenseEvent, block: BlockObservations) -> tuple[str, str]:
     and on dynamo's records, the block's own after those from before it."""
     call = DenseCall(
         route=event.route,
-        known_file=(event.site or {}).get("file"),
+        known_file=event.site["file"] if event.site else None,
         disabled_at=event.disabled_at,
         stance=event.stance,
         recomputed=event.recomputed,
@@ -64,16 +63,17 @@ def dense_cause(event: DenseEvent, block: BlockObservations) -> tuple[str, str]:
 
 def dense_findings(block: BlockObservations) -> list[Finding]:
     """One finding per direction and call site (a layer's module where it is known)."""
-    groups: dict[tuple[Any, ...], list[DenseEvent]] = {}
+    groups: dict[tuple[str, str | None, int | None, str | None, str | None], list[DenseEvent]] = {}
     for event in block.dense_events:
-        site = event.site or {}
-        key = (event.kind, site.get("file"), site.get("line"), site.get("function"), event.layer)
+        site = event.site
+        file, line, function = (site["file"], site["line"], site["function"]) if site else (None, None, None)
+        key = (event.kind, file, line, function, event.layer)
         groups.setdefault(key, []).append(event)
     findings = []
     for (kind, *_), events in groups.items():
         first = events[0]
         cause, fix = dense_cause(first, block)
-        name = first.layer or (first.site or {}).get("function")
+        name = first.layer or (first.site["function"] if first.site else None)
         threads = sorted({_thread(e) for e in events})
         of_forward = " (the backward of the forward called there)" if kind == "backward" and first.site else ""
         findings.append(

@@ -5,13 +5,13 @@ the installed FLA by `dflashdoctor.fla_guards`)."""
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from dflashdoctor.codes import finding
+from dflashdoctor.records import FlaGuardRecord, FlaState, ImportStopped
 from dflashdoctor.report import Finding, Where
 
 
-def why_fla_cannot_run(fla: dict[str, Any]) -> str:
+def why_fla_cannot_run(fla: FlaState) -> str:
     """Why FLA's kernels cannot run where it is installed, in a few words."""
     platform = fla["platform"]
     if platform.startswith("unavailable"):
@@ -21,7 +21,7 @@ def why_fla_cannot_run(fla: dict[str, Any]) -> str:
     return f"triton has no GPU backend here (FLA's platform: {platform})"
 
 
-def fla_not_usable_finding(fla: dict[str, Any], *, traced: bool) -> Finding:
+def fla_not_usable_finding(fla: FlaState, *, traced: bool) -> Finding:
     """FLA installed where its kernels cannot run: one wording for trace-attention and env."""
     where = "on the CPU" if fla.get("device") == "cpu" else "here"
     why = why_fla_cannot_run(fla)
@@ -49,12 +49,12 @@ def fla_not_usable_finding(fla: dict[str, Any], *, traced: bool) -> Finding:
         "kernel-unavailable",
         f"FLA {fla.get('version') or ''} is installed but its kernels cannot run {where}".replace("  ", " "),
         detail=detail,
-        evidence=fla,
+        evidence=dict(fla),
         fix=fix,
     )
 
 
-def fla_import_stopped_finding(stopped: dict[str, Any], fla: dict[str, Any]) -> Finding:
+def fla_import_stopped_finding(stopped: ImportStopped, fla: FlaState) -> Finding:
     """A traced script whose own import of FLA met the keep-out: the trace keeps FLA from importing
     where its kernels cannot run, so that transformers binds its torch fallback, and an import by the
     user's code then fails there. Said as what happened, with the line, not as the script's failure."""
@@ -84,21 +84,22 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else f"{text}."
 
 
-def fla_guard_finding(guard: dict[str, Any], fla: dict[str, Any], *, during: str | None) -> Finding:
+def fla_guard_finding(guard: FlaGuardRecord, fla: FlaState | None, *, during: str | None) -> Finding:
     """A platform guard of the installed FLA that refuses a kernel here: the versions and GPU it holds
-    for, FLA's flags, and FLA's own advice as the fix."""
+    for, FLA's flags, and FLA's own advice as the fix. `fla` None: the probe read no FLA state."""
     flags = ", ".join(f"{name}={value}" for name, value in guard["flags"].items())
     when = f" when {' and '.join(guard['other_terms'])}" if guard["other_terms"] else ""
-    machine = f"triton {fla.get('triton') or 'unknown'}" + (f" on {fla['gpu']}" if fla.get("gpu") else "")
+    triton, gpu, version = (fla["triton"], fla["gpu"], fla["version"]) if fla else (None, None, None)
+    machine = f"triton {triton or 'unknown'}" + (f" on {gpu}" if gpu else "")
     return finding(
         "kernel-unavailable",
-        f"FLA {fla.get('version') or ''} refuses `{guard['function']}` on this machine{when}".replace("  ", " "),
+        f"FLA {version or ''} refuses `{guard['function']}` on this machine{when}".replace("  ", " "),
         detail=f"FLA's own guard ({os.path.basename(guard['file'])}:{guard['line']}) holds for {machine} "
         f"({flags})."
         + (f" It stopped {during} of the trace; what ran before it is listed." if during else "")
         + " This is the installed versions and the GPU's architecture, not the model.",
         where=Where(file=guard["file"], line=guard["line"], function=guard["function"]),
-        evidence={"guard": guard, "fla": {k: v for k, v in fla.items() if k != "guards"}},
+        evidence={"guard": guard, "fla": {k: v for k, v in (fla or {}).items() if k != "guards"}},
         fix=f"FLA says: {_sentence(guard['message'])} If the model is not trained here, trace it forward only "
         "(the default for a frozen target).",
     )

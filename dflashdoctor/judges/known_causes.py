@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dflashdoctor.judges.dense_cause import CauseKind
 
 
 @dataclass(frozen=True)
 class KnownCause:
-    name: str
+    name: CauseKind
     message: re.Pattern[str]
     raised_in: tuple[str, ...]  # path fragments of the raising frame; empty: anywhere
     cause: str

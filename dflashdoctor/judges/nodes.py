@@ -20,9 +20,11 @@ from typing import Any
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge
-from dflashdoctor.report import Finding, ProbeResult, Report, Table
+from dflashdoctor.report import CheckStatus, Finding, ProbeResult, Report, Table
 
 _MARKS = {"pass": "PASS", "fail": "FAIL", "warn": "WARN", "info": "INFO", "skip": "SKIP"}
+# A node's whole report as one check of the nodes section: an error there is that node failing.
+_NODE_CHECK: dict[str, CheckStatus] = {"pass": "pass", "fail": "fail", "error": "fail", "skipped": "skip"}
 _FIX_STACK = (
     "Give every node the same software (one container image or one lock file) and driver; a node that "
     "differs compiles other kernels, reads other caches, or fails where the others pass."
@@ -222,7 +224,7 @@ class NodesJudge(Judge):
         report = outcome.report
         tally = Counter(r.status for r in report.results)
         summary = ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
-        status = {"pass": "pass", "fail": "fail", "error": "fail"}[report.verdict]
+        status = _NODE_CHECK[report.verdict]
         self._check(outcome.name, status, f"{report.verdict} in {outcome.duration_s:.1f} s: {summary}")
 
     def _facts(self, facts: dict[str, dict[str, str]]) -> None:
@@ -292,7 +294,7 @@ class NodesJudge(Judge):
         before = len(self.findings)
         named = self._dense_on_some(runs) + self._slow(runs)
         severities = {f.severity for f in self.findings[before:]}
-        status = "fail" if "error" in severities else "warn" if severities else "pass"
+        status: CheckStatus = "fail" if "error" in severities else "warn" if severities else "pass"
         timed = sum(1 for run in runs.values() if run.step_seconds is not None)
         summary = "; ".join(named) if named else f"{len(runs)} nodes ran it alike ({timed} timed)"
         self._check("run", status, summary, "node-mismatch", "node-slow-steps")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+from dflashdoctor.records import LoggedDense, OomEvent, StepEvent
 from dflashdoctor.report import Line, Mark, Plot
 
 _POINTS = 400  # drawn per line: a longer run is thinned evenly, its last step always kept
@@ -22,7 +23,7 @@ def _thinned(points: list[list[float]]) -> list[list[float]]:
     return [*points[::every][: _POINTS - 1], points[-1]]
 
 
-def _marks(steps: list[dict[str, Any]], dense: list[dict[str, Any]], ooms: list[dict[str, Any]]) -> list[Mark]:
+def _marks(steps: list[StepEvent], dense: list[LoggedDense], ooms: list[OomEvent]) -> list[Mark]:
     """The step in which a thing happened: the first step not yet finished when it did (for a
     record covering many, the first of them)."""
     marks = []
@@ -39,7 +40,7 @@ def _marks(steps: list[dict[str, Any]], dense: list[dict[str, Any]], ooms: list[
     return marks
 
 
-def step_plots(steps: list[dict[str, Any]], dense: list[dict[str, Any]], ooms: list[dict[str, Any]]) -> list[Plot]:
+def step_plots(steps: list[StepEvent], dense: list[LoggedDense], ooms: list[OomEvent]) -> list[Plot]:
     """CUDA memory (peak and allocated per device) and seconds per step; nothing without steps."""
     if not steps and not ooms:
         return []
@@ -48,9 +49,9 @@ def step_plots(steps: list[dict[str, Any]], dense: list[dict[str, Any]], ooms: l
     for position, step in enumerate(steps, start=1):
         index = int(step.get("step") or position)
         for device, stats in (step.get("memory") or {}).items():
-            for key in ("peak_bytes", "allocated_bytes"):
-                if isinstance(stats.get(key), int | float):
-                    memory.setdefault(f"{key.removesuffix('_bytes')} {device}", []).append([index, stats[key]])
+            for name, value in (("peak", stats.get("peak_bytes")), ("allocated", stats.get("allocated_bytes"))):
+                if isinstance(value, int | float):
+                    memory.setdefault(f"{name} {device}", []).append([index, value])
     plots = []
     if memory or marks:
         lines = [Line(label, _thinned(points)) for label, points in memory.items()]
@@ -62,15 +63,16 @@ def step_plots(steps: list[dict[str, Any]], dense: list[dict[str, Any]], ooms: l
     return plots
 
 
-def _durations(steps: list[dict[str, Any]]) -> list[list[float]]:
+def _durations(steps: list[StepEvent]) -> list[list[float]]:
     """Seconds per step: a record's own mean; else (events of an older agent, a record a step) the
     time from the step before it. The first step has none."""
     out = []
     for position, step in enumerate(steps):
         index = int(step.get("step") or position + 1)
         summary = step.get("step_s")
-        if isinstance(summary, dict) and isinstance(summary.get("mean"), int | float):
-            out.append([index, float(summary["mean"])])
+        mean = summary.get("mean") if isinstance(summary, dict) else None
+        if isinstance(mean, int | float):
+            out.append([index, float(mean)])
         elif position and "step_s" not in step:
             took = float(step.get("t") or 0) - float(steps[position - 1].get("t") or 0)
             if took >= 0:

@@ -7,13 +7,14 @@ trials passing with outputs equal to a single-threaded run.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge, frame_where
 from dflashdoctor.observations import RaceObservations
-from dflashdoctor.report import Bar, Comparison, ProbeResult
+from dflashdoctor.records import KernelTrialRecord, ProcessesRecord, ReferenceTarget, TrialRecord
+from dflashdoctor.report import Bar, CheckStatus, Comparison, ProbeResult
 
 _RACE_ERRORS = ("autotuner-race", "concurrent-autotuner-entry")
 
@@ -75,7 +76,7 @@ class RaceJudge(Judge):
         obs = self.observations
         trials = [t for t in (obs.forced_unfixed, obs.forced_fixed) if t is not None]
         trials += [*obs.natural, *(obs.kernel_trials or [])]
-        groups: dict[str, list[dict[str, Any]]] = {}
+        groups: dict[str, list[TrialRecord]] = {}
         for trial in trials:
             kind = "forced" if trial.get("forced") else "cold kernels" if "binaries_cached" in trial else "natural"
             groups.setdefault(f"fix {trial.get('fix')}, {kind}", []).append(trial)
@@ -141,7 +142,7 @@ class RaceJudge(Judge):
             )
             self._check(name, "warn", f"{len(shared)} attributes of per-call state, no lock", "autotuner-shared-state")
 
-    def _reproduction(self, trial: dict[str, Any]) -> None:
+    def _reproduction(self, trial: TrialRecord) -> None:
         self.measurements["forced_unfixed"] = trial
         if not trial["failed"]:
             self._check(
@@ -157,15 +158,15 @@ class RaceJudge(Judge):
         else:
             self._check("forced race", "info", f"without a fix: {self._trial_summary(trial)}")
 
-    def _fixed(self, trial: dict[str, Any]) -> None:
+    def _fixed(self, trial: TrialRecord) -> None:
         self.measurements["forced_fixed"] = trial
         codes = [self._failure(trial, f"The race still happens with --fix {self.fix}")] if trial["failed"] else []
-        verdict = "fail" if trial["failed"] else "pass"
+        verdict: CheckStatus = "fail" if trial["failed"] else "pass"
         entries = len(trial["concurrent_entries"])
         overlap = f"; {entries} concurrent entries waited for the lock" if self.fix == "lock" else ""
         self._check(f"fix {self.fix}", verdict, f"forced: {self._trial_summary(trial)}{overlap}", *codes)
 
-    def _series(self, trials: list[dict[str, Any]], name: str, what: str) -> None:
+    def _series(self, trials: Sequence[TrialRecord], name: str, what: str) -> None:
         """Trials under the chosen fix: a failure rate, and the race or the overlaps they showed."""
         key = name.replace(" ", "_")
         failed = [t for t in trials if t["failed"]]
@@ -191,7 +192,7 @@ class RaceJudge(Judge):
             *codes,
         )
 
-    def _reached(self, trials: list[dict[str, Any]]) -> None:
+    def _reached(self, trials: list[KernelTrialRecord]) -> None:
         """The inventory that matters: the autotuned kernels the workload's calls really reached."""
         reached = sorted({kernel for t in trials for kernel in t.get("autotuners_entered", [])})
         self.measurements["autotuners_reached"] = reached
@@ -202,7 +203,7 @@ class RaceJudge(Judge):
                 f"{len(reached)} shared autotuned kernels on the workload's path: {', '.join(reached)}",
             )
 
-    def _cold_tuning(self, trials: list[dict[str, Any]]) -> None:
+    def _cold_tuning(self, trials: list[KernelTrialRecord]) -> None:
         """A trial only tests the race if it tuned cold: no tuning result may have come from disk, and
         (trials sharing a host) every kernel it called with configs to choose from benchmarked them."""
         stored = max((t.get("tuning_results_on_disk", 0) for t in trials), default=0)
@@ -228,7 +229,7 @@ class RaceJudge(Judge):
             f"trials cleared): {len(trials)} trial{'s' if len(trials) != 1 else ''} tuned every key, in {processes}",
         )
 
-    def _reference(self, reference: dict[str, Any]) -> None:
+    def _reference(self, reference: ReferenceTarget) -> None:
         """The reference pairs' target: it only tests the race if its layers reach FLA's autotuners."""
         self.measurements["reference"] = reference
         impl = reference["linear_attention"] or "no gated DeltaNet layer"
@@ -241,7 +242,7 @@ class RaceJudge(Judge):
             f"{impl}, {reference['tokens']} tokens",
         )
 
-    def _processes(self, run: dict[str, Any]) -> None:
+    def _processes(self, run: ProcessesRecord) -> None:
         self.measurements["processes"] = run
         shared = run["distinct_processes"] < run["world"]
         ok = run["failures"] == 0 and not shared
@@ -252,7 +253,7 @@ class RaceJudge(Judge):
             f"autotuner: {run['failures']} failures" + ("; outputs equal to a single-process run" if ok else ""),
         )
 
-    def _overlap_finding(self, overlapped: list[dict[str, Any]], trials: int) -> None:
+    def _overlap_finding(self, overlapped: list[TrialRecord], trials: int) -> None:
         """Threads were inside one autotuner together in runs that happened not to crash."""
         event = overlapped[0]["concurrent_entries"][0]
         self.findings.append(
@@ -269,14 +270,14 @@ class RaceJudge(Judge):
         )
 
     @staticmethod
-    def _trial_summary(trial: dict[str, Any]) -> str:
+    def _trial_summary(trial: TrialRecord) -> str:
         if trial["errors"]:
             first = trial["errors"][0]
             return f"{len(trial['errors'])} of {trial['threads']} threads raised {first['type']}: {first['message']}"
         equal = "outputs equal to a single-threaded run" if trial["outputs_equal"] else "outputs differ"
         return f"0 of {trial['threads']} threads failed, {equal} ({trial['duration_s']} s)"
 
-    def _failure(self, trial: dict[str, Any], title: str, failures: tuple[int, int, str] | None = None) -> str:
+    def _failure(self, trial: TrialRecord, title: str, failures: tuple[int, int, str] | None = None) -> str:
         """The finding for a failed trial, by where it failed; its code."""
         code = _blame(trial)
         if code == "autotuner-race":
@@ -285,7 +286,7 @@ class RaceJudge(Judge):
             self._target_finding(trial, failures)
         return code
 
-    def _target_finding(self, trial: dict[str, Any], failures: tuple[int, int, str] | None) -> None:
+    def _target_finding(self, trial: TrialRecord, failures: tuple[int, int, str] | None) -> None:
         """A failure no autotuner took part in: the target's own error, named as such."""
         error = trial["errors"][0] if trial["errors"] else None
         how = f"{error['type']}: {error['message']}" if error else "its outputs differ from a single-threaded run"
@@ -305,7 +306,7 @@ class RaceJudge(Judge):
             )
         )
 
-    def _race_finding(self, trial: dict[str, Any], title: str) -> None:
+    def _race_finding(self, trial: TrialRecord, title: str) -> None:
         error = trial["errors"][0] if trial["errors"] else None
         stacks = {e["thread"]: e["traceback"] for e in trial["errors"]}
         for entry in trial["concurrent_entries"]:
@@ -355,7 +356,7 @@ class RaceJudge(Judge):
         )
 
 
-def _blame(trial: dict[str, Any]) -> str:
+def _blame(trial: TrialRecord) -> str:
     """`autotuner-race` only when the failure was inside an autotuner (a thread's exception passed
     through one, or its traceback through triton's autotuner module) or the guard saw two threads in
     one autotuner; anything else is the target's own (`target-raised`)."""

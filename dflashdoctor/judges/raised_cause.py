@@ -14,12 +14,12 @@ which stage), never a bare "run it by hand".
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from dflashdoctor.judges.dense_cause import Cause, CompileCall, failed_compile, recompile_limit
 from dflashdoctor.judges.dynamo_causes import is_library_file, is_recompile_limit
 from dflashdoctor.judges.graph_breaks import read_break
 from dflashdoctor.judges.known_causes import known_cause
+from dflashdoctor.records import CompileRecord, ErrorRecord, TargetError
 from dflashdoctor.report import Where
 
 _USER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\s*$', re.MULTILINE)
@@ -40,15 +40,15 @@ def _from_user_code(message: str) -> list[str]:
     return [f"{m['file']}:{m['line']} in {m['fn']}" for m in _USER_FRAME.finditer(tail)]
 
 
-def _failed_compile(error: dict[str, Any], compiles: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _failed_compile(error: ErrorRecord | TargetError, compiles: list[CompileRecord]) -> CompileRecord | None:
     """The last compile record that failed with this error's type."""
     kind = error.get("type")
     return next((r for r in reversed(compiles) if r.get("fail_type") and r.get("fail_type") == kind), None)
 
 
 def explain_raised(
-    error: dict[str, Any],
-    compiles: list[dict[str, Any]],
+    error: ErrorRecord | TargetError,
+    compiles: list[CompileRecord],
     compile_calls: list[CompileCall],
     known_file: str | None = None,
 ) -> Cause | None:
@@ -58,7 +58,7 @@ def explain_raised(
     text = message + "\n" + str(error.get("traceback") or "")
     failed = _failed_compile(error, compiles)
     if "recompile limit" in message.lower() or (failed is not None and is_recompile_limit(failed)):
-        limit = failed if failed is not None and is_recompile_limit(failed) else {"fail_reason": message}
+        limit = failed if failed is not None and is_recompile_limit(failed) else _only_the_message(message)
         return recompile_limit(compiles, limit, compile_calls, known_file)
     if failed is not None and failed.get("recompile_reason"):
         float_cause = failed_compile(failed, "the step raised", known_file)
@@ -69,8 +69,8 @@ def explain_raised(
         # torch 2.11 on an H200: after a float's recompile, compiling flex's autograd raised an
         # AssertionError of its own with no compile record: the recompile that led there is the cause
         for record in reversed(recompiled):
-            seen = {"fail_type": error.get("type"), "fail_reason": message[:300]}
-            float_cause = failed_compile(record | seen, "the step raised", known_file)
+            seen: CompileRecord = {**record, "fail_type": error.get("type"), "fail_reason": message[:300]}
+            float_cause = failed_compile(seen, "the step raised", known_file)
             if float_cause.kind == "changing-float":
                 return float_cause
     frames = _from_user_code(message) or _from_user_code(text)
@@ -82,6 +82,28 @@ def explain_raised(
     if failed is not None:
         return failed_compile(failed, "the step raised", known_file)
     return None
+
+
+def _only_the_message(message: str) -> CompileRecord:
+    """A recompile-limit error that no compile record matches (`fail_on_recompile_limit_hit` raised
+    it in the user's frame): judged as a record holding the error's message alone."""
+    return CompileRecord(
+        phase="raised",
+        compile_id=None,
+        co_name=None,
+        co_filename=None,
+        co_firstlineno=None,
+        recompile_reason=None,
+        fail_type=None,
+        fail_reason=message,
+        fail_user_frame_filename=None,
+        fail_user_frame_lineno=None,
+        entire_frame_compile_time_s=None,
+        num_graph_breaks=None,
+        inductor_fx_local_cache_hit_count=None,
+        inductor_fx_local_cache_miss_count=None,
+        guard_file=None,
+    )
 
 
 def _innermost(traceback_text: str) -> str:

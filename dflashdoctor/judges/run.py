@@ -29,8 +29,17 @@ from dflashdoctor.judges.plots import step_plots
 from dflashdoctor.judges.trace_attention import TraceAttentionJudge
 from dflashdoctor.observations import DenseEvent, RunSnapshot, load
 from dflashdoctor.probe_support import first_line
-from dflashdoctor.records import HangRecord, LeftRunningRecord, LoggedDense, Stacks
-from dflashdoctor.report import ProbeResult, Where
+from dflashdoctor.records import (
+    CallInFlight,
+    DenseEventRecord,
+    HangRecord,
+    LeftRunningRecord,
+    LoggedDense,
+    SourceSite,
+    Stacks,
+    StepEvent,
+)
+from dflashdoctor.report import CheckStatus, ProbeResult, Where
 from dflashdoctor.runs.events import ProcessLog
 from dflashdoctor.runs.observations import RunObservations
 
@@ -123,7 +132,7 @@ class ProcessJudge(Judge):
                     "instrumentation-unavailable",
                     f"dflashdoctor's agent failed at {error.get('what')}; the program ran on",
                     detail=str(error.get("error")),
-                    evidence=error,
+                    evidence=dict(error),
                     fix="Report it to dflashdoctor with this evidence.",
                 )
             )
@@ -138,34 +147,34 @@ class ProcessJudge(Judge):
             module = f" in {exc['module']}" if exc.get("module") else ""
             resources = OutOfResources.read(exc["message"], exc.get("traceback") or "")
             if resources is not None:
-                where = Where(**exc["where"], module=exc.get("module")) if exc.get("where") else None
+                where = _user_where(exc["where"], exc["module"])
                 self.findings.append(out_of_resources_finding(resources, f"thread {exc['thread']}", where))
                 continue
             known = known_cause(exc["message"], exc.get("raised_at"))
             evidence = {k: exc.get(k) for k in ("type", "message", "thread", "module", "raised_at", "traceback")}
             # its traceback read as `explain` reads a log: the class and the call path, worded once
             read = diagnose_text(exc.get("traceback") or "", self.log.rank) if not known else None
-            classed = read is not None and is_known(read)
+            classed = read if read is not None and is_known(read) else None
             if read is not None and read.path.owners:
                 evidence |= {"call_path": read.evidence()["call_path"], "library": read.path.library}
-            if classed:
-                evidence["log_class"] = read.found.code
+            if classed is not None and classed.found is not None:
+                evidence["log_class"] = classed.found.code
             self.findings.append(
                 finding(
                     "uncaught-exception",
                     f"{exc['type']}{module} on thread {exc['thread']}: {first_line(exc['message'])[:200]}"
-                    + (f"; {read.title}" if classed else ""),
+                    + (f"; {classed.title}" if classed else ""),
                     detail=f"Nothing caught it; it ended thread {exc['thread']}"
                     + (" and the process." if exc["thread"] == "MainThread" else ".")
                     + (f" It was raised inside module `{exc['module']}`." if exc.get("module") else "")
                     + (f" Known cause: {known.cause}" if known else "")
-                    + (f" Read from its traceback: {read.title}." if classed else "")
+                    + (f" Read from its traceback: {classed.title}." if classed else "")
                     + (f" {read.path_story()}" if read is not None and read.path.owners else ""),
-                    where=Where(**exc["where"], module=exc.get("module")) if exc.get("where") else None,
+                    where=_user_where(exc["where"], exc["module"]),
                     evidence=evidence | ({"known_cause": known.name} if known else {}),
                     fix=known.fix
                     if known
-                    else read.fix()
+                    else classed.fix()
                     if classed
                     else "Read the traceback in the evidence; the call sites and dense kernels seen before it "
                     "are listed in this section.",
@@ -173,41 +182,42 @@ class ProcessJudge(Judge):
             )
 
     def _out_of_memory(self) -> None:
-        raised = [e for e in self.log.exceptions if e.get("oom")]
+        raised = [e for e in self.log.exceptions if e["oom"]]
         if not self.log.ooms and not raised:
             return
-        oom = self.log.ooms[0] if self.log.ooms else {}
-        exc = raised[0] if raised else {}
-        dense = oom.get("dense_events") or [event.to_dict() for event in self.observations.dense_events]
-        cause = self._oom_cause(oom, dense)
-        call = oom.get("in_flight") or {}
-        module = call.get("module") or exc.get("module")
-        where = exc.get("where")
-        if call.get("file"):
-            where = {"file": call["file"], "line": call["line"], "function": call["function"]}
+        oom = self.log.ooms[0] if self.log.ooms else None
+        exc = raised[0] if raised else None
+        dense = (oom["dense_events"] if oom else []) or [event.to_record() for event in self.observations.dense_events]
+        call = oom["in_flight"] if oom else None
+        cause = self._oom_cause(call, dense)
+        module = (call["module"] if call else None) or (exc["module"] if exc else None)
+        where = _user_where(exc["where"] if exc else None, module)
+        if call and call["file"]:
+            where = Where(file=call["file"], line=call["line"], function=call["function"], module=module)
+        if oom is not None:
+            detail = (
+                f"Asked for {size_text(oom['requested_bytes'])} on {oom['device']} with "
+                f"{size_text(oom['free_bytes'])} free of {size_text(oom['device_total_bytes'])}, "
+                f"after {oom['steps']} optimizer steps."
+            )
+            if oom["memory_snapshot"]:
+                detail += f" Memory snapshot: {oom['memory_snapshot']} (open it at https://pytorch.org/memory_viz)."
+        else:
+            detail = f"{exc['type']}: {first_line(exc['message'])[:300]}" if exc else ""
         self.findings.append(
             finding(
                 "oom",
                 f"Out of memory{f' in {module}' if module else ''}: {cause}",
-                detail=(
-                    f"Asked for {size_text(oom.get('requested_bytes'))} on {oom.get('device', 'the GPU')} with "
-                    f"{size_text(oom.get('free_bytes'))} free of {size_text(oom.get('device_total_bytes'))}, "
-                    f"after {oom.get('steps', 0)} optimizer steps."
-                    if oom
-                    else f"{exc.get('type')}: {first_line(str(exc.get('message', '')))[:300]}"
-                )
-                + (
-                    f" Memory snapshot: {oom['memory_snapshot']} (open it at https://pytorch.org/memory_viz)."
-                    if oom.get("memory_snapshot")
-                    else ""
-                ),
-                where=Where(**where, module=module) if where else None,
+                detail=detail,
+                where=where,
                 evidence={
-                    "allocator": {k: v for k, v in oom.items() if k not in ("last_calls", "dense_events", "in_flight")},
-                    "call_in_flight": call or None,
-                    "last_attention_calls": oom.get("last_calls", []),
+                    "allocator": {k: v for k, v in oom.items() if k not in ("last_calls", "dense_events", "in_flight")}
+                    if oom
+                    else {},
+                    "call_in_flight": call,
+                    "last_attention_calls": oom["last_calls"] if oom else [],
                     "dense_events_before": dense[-8:],
-                    "traceback": exc.get("traceback"),
+                    "traceback": exc["traceback"] if exc else None,
                 },
                 fix="If a dense flex_attention kernel is named, compile that call (a fused kernel never builds "
                 "the score matrix); otherwise lower the batch or sequence, or rerun with --memory-snapshot and "
@@ -216,16 +226,15 @@ class ProcessJudge(Judge):
         )
 
     @staticmethod
-    def _oom_cause(oom: dict[str, Any], dense: list[dict[str, Any]]) -> str:
-        call = oom.get("in_flight")
+    def _oom_cause(call: CallInFlight | None, dense: list[DenseEventRecord]) -> str:
         inside = f"{call['module'] or call['function']} ({call['file']}:{call['line']})" if call else None
         if not dense:
             if inside:
                 return f"inside the flex_attention call of {inside}; see the allocator state"
             return "no dense flex_attention kernel ran before it; see the allocator state and the last calls"
         last = dense[-1]
-        site = last.get("forward_site") or last.get("site")
-        at = f"{site.get('module') or site.get('function')} ({site.get('file')}:{site.get('line')})" if site else inside
+        site = last["forward_site"] or last["site"]
+        at = f"{site.get('module') or site['function']} ({site['file']}:{site['line']})" if site else inside
         return (
             f"the dense flex_attention {last['kind']} kernel of {at or 'an unrecorded call'} builds a float32 score "
             f"matrix of {size_text(last['score_matrix_bytes'])} per call"
@@ -236,7 +245,7 @@ class ProcessJudge(Judge):
         self.findings.extend(concurrent_entry_findings(overlaps))
         if self.log.instrumented is not None:
             kernels = self.observations.autotuned_kernels
-            status = "fail" if overlaps else "pass"
+            status: CheckStatus = "fail" if overlaps else "pass"
             summary = f"{len(overlaps)} overlaps in {len(kernels)} autotuned kernels entered"
             self._check("autotuners", status, summary, "concurrent-autotuner-entry")
 
@@ -277,7 +286,7 @@ class ProcessJudge(Judge):
         )
 
     def _ending(self) -> None:
-        ending = (self.log.exit or {}).get("ending")
+        ending = self.log.exit["ending"] if self.log.exit else None
         if ending is None:
             ending = "stopped without an exit record (killed by a signal, or os._exit)"
         self.measurements["ending"] = ending
@@ -293,7 +302,7 @@ class ProcessJudge(Judge):
 
     def _numbers(self) -> dict[str, Any]:
         steps = self.log.steps
-        peaks = [max((m.get("peak_bytes", 0) for m in s.get("memory", {}).values()), default=0) for s in steps]
+        peaks = [max((m["peak_bytes"] for m in s["memory"].values()), default=0) for s in steps]
         return {
             "pid": self.log.pid,
             "rank": self.log.rank,
@@ -307,11 +316,10 @@ class ProcessJudge(Judge):
         }
 
 
-def _median_step_seconds(steps: list[dict[str, Any]]) -> float | None:
+def _median_step_seconds(steps: list[StepEvent]) -> float | None:
     """Seconds per optimizer step, median over the gaps between step records (the first step, which
     compiles, is only their start; coalesced records count for the steps they span)."""
-    marks = [(s.get("step"), s.get("t")) for s in steps]
-    marks = [(n, t) for n, t in marks if type(n) is int and type(t) in (int, float) and math.isfinite(t)]
+    marks = [(s["step"], s["t"]) for s in steps if math.isfinite(s["t"])]
     rates = [(t1 - t0) / (n1 - n0) for (n0, t0), (n1, t1) in itertools.pairwise(marks) if n1 > n0 and t1 >= t0]
     return round(statistics.median(rates), 6) if rates else None
 
@@ -324,10 +332,15 @@ def _worth_a_section(log: ProcessLog) -> bool:
     usual is a helper too."""
     obs = log.snapshot.observations if log.snapshot else RunSnapshot()
     script = obs.traced_script
-    busy = log.steps or log.dense or obs.autotuner_overlaps or obs.graph_breaks
-    busy = busy or (script is not None and (script["sites"] or script["flex_sites"]))
-    helper = log.instrumented is None and (log.exit or {}).get("ending") == "exit"
+    busy = bool(log.steps or log.dense or obs.autotuner_overlaps or obs.graph_breaks)
+    busy = busy or (script is not None and bool(script["sites"] or script["flex_sites"]))
+    helper = log.instrumented is None and log.exit is not None and log.exit["ending"] == "exit"
     return (log.rank is not None and not helper) or bool(busy or log.exceptions or log.ooms or log.agent_errors)
+
+
+def _user_where(site: SourceSite | None, module: str | None) -> Where | None:
+    """The user's line an event names, with the module that was running there."""
+    return Where(file=site["file"], line=site["line"], function=site["function"], module=module) if site else None
 
 
 def _signal_name(returncode: int) -> str:
@@ -345,11 +358,11 @@ class RunJudge(Judge):
         self.command = observations.command
 
     def judge(self) -> list[ProbeResult]:
-        hang = self.outcome.hang or {}
-        stacks = hang.get("stacks", {})
+        hang = self.outcome.hang
+        stacks = hang["stacks"] if hang else {}
         shown = [log for log in self.logs if _worth_a_section(log) or log.pid in stacks]
         stopped = self.outcome.stopped_by_doctor
-        deadline = hang.get("deadline_s")
+        deadline = hang.get("deadline_s") if hang else None
         sections = [ProcessJudge(log, stacks.get(log.pid), stopped, self.budgets, deadline).judge() for log in shown]
         self._overview(shown)
         overview = self.result()

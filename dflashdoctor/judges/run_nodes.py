@@ -14,7 +14,7 @@ from dflashdoctor.budgets import Budgets
 from dflashdoctor.codes import finding
 from dflashdoctor.judges.base import Judge
 from dflashdoctor.judges.run import judge as judge_run
-from dflashdoctor.report import ProbeResult, Table
+from dflashdoctor.report import CheckStatus, ProbeResult, Table
 from dflashdoctor.runs.events import ProcessLog
 from dflashdoctor.runs.observations import RunObservations
 
@@ -146,7 +146,7 @@ class RunNodesJudge(Judge):
         host = str(part.record.get("host", "?"))
         if part.observations is None:
             return
-        worst = "fail" if any(s.status in ("fail", "error") for s in part.sections) else "pass"
+        worst: CheckStatus = "fail" if any(s.status in ("fail", "error") for s in part.sections) else "pass"
         code = part.observations.outcome.returncode
         ranks = sorted(log.rank for log in part.observations.processes if log.rank is not None)
         self._check(part.name, worst, f"{host}: ranks {ranks or 'none'}, the command exited {code}")
@@ -212,9 +212,9 @@ class RunNodesJudge(Judge):
         """Parts that cannot be one run: two for one node rank, or parts that disagree on the number
         of nodes or on the command (a shared folder reused by another run, or one node started twice)."""
         parts = [p for p in self.parts if not p.refused]  # a refused part's record was never read
-        ranks = Counter(p.record.get("node_rank") for p in parts if p.record.get("node_rank") is not None)
+        ranks = Counter(rank for p in parts if (rank := p.record.get("node_rank")) is not None)
         twice = sorted(rank for rank, n in ranks.items() if n > 1)
-        sizes = sorted({p.record.get("nnodes") for p in parts} - {None})
+        sizes = sorted({nodes for p in parts if (nodes := p.record.get("nnodes")) is not None})
         commands = {_one_run(p.record.get("command") or []) for p in parts}
         said = [f"node rank {r} has {ranks[r]} parts" for r in twice]
         said += [f"the parts say {' or '.join(map(str, sizes))} nodes"] if len(sizes) > 1 else []
@@ -240,7 +240,7 @@ class RunNodesJudge(Judge):
             for log in p.observations.processes
             if log.rank is not None
         ]
-        world = {_env(log).get("WORLD_SIZE") for log in logs} - {None}
+        world = {given for log in logs if (given := _env(log).get("WORLD_SIZE")) is not None}
         seen = {log.rank for log in logs if log.rank is not None}
         size = _rank_number(next(iter(world))) if len(world) == 1 else None
         if size is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dflashdoctor.records import ShapeRecord
 from dflashdoctor.report import Bar, Comparison, Table, site_key
 
 SITE_COLUMNS = ["module", "impl", "calls", "verdict", "origin", "where"]
@@ -61,7 +62,7 @@ def call_site_charts(call_sites: list[dict[str, Any]]) -> list[Comparison]:
     return [calls, added] if any(_dense(s) for s in ranked) else [calls]
 
 
-def shape_subject(device: str, device_name: str, shape: dict[str, Any], mask: str) -> str:
+def shape_subject(device: str, device_name: str, shape: ShapeRecord, mask: str) -> str:
     """check-compile's subject: where it ran and the attention shape it called the target with."""
     return (
         f"{device} ({device_name}) · B{shape['batch']} "

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, Literal
 
 from dflashdoctor.budgets import Budgets
@@ -22,7 +23,19 @@ from dflashdoctor.judges.kernel_resources import OutOfResources, out_of_resource
 from dflashdoctor.judges.raised_cause import explain_raised
 from dflashdoctor.judges.tables import call_site_charts, call_site_table
 from dflashdoctor.observations import DenseEvent, TraceAttentionObservations
-from dflashdoctor.records import FIX_REPLAY_PHASE, FixReplayRecord
+from dflashdoctor.records import (
+    FIX_REPLAY_PHASE,
+    ErrorRecord,
+    FixReplayRecord,
+    FlaRefusal,
+    FlaState,
+    FlexSiteRecord,
+    LayerRecord,
+    ModuleSiteRecord,
+    TracedDrafter,
+    TracedModel,
+    TracedScript,
+)
 from dflashdoctor.report import Finding, ProbeResult, Where
 
 _FLEX = "flex_attention"
@@ -50,7 +63,7 @@ def _origin(file: str | None) -> str:
     return "user code" if "site-packages" not in parts else "other package"
 
 
-def _layer_tally(layers: list[dict[str, Any]]) -> str:
+def _layer_tally(layers: list[LayerRecord]) -> str:
     """How many layers of each kind ran (or are set up to run) through each implementation."""
     tally = Counter((layer["kind"], layer["impl"]) for layer in layers)
     return ", ".join(f"{n} {kind} via {impl}" for (kind, impl), n in tally.items())
@@ -70,7 +83,7 @@ _CARRIED = (
 )
 
 
-def _row(site: dict[str, Any], *, origin: str, path: Path, via: str, impl: str, verdict: str) -> dict[str, Any]:
+def _row(site: Mapping[str, Any], *, origin: str, path: Path, via: str, impl: str, verdict: str) -> dict[str, Any]:
     """A report row: what the recorder saw, plus the judged origin, path, via and verdict. `path` and
     `in_outer_region` are what the judge reasons on; `via` is the same said for a reader.
 
@@ -88,7 +101,7 @@ def _row(site: dict[str, Any], *, origin: str, path: Path, via: str, impl: str, 
     }
 
 
-def _ran_dense(site: dict[str, Any]) -> bool:
+def _ran_dense(site: Mapping[str, Any]) -> bool:
     return bool(site.get("dense_forward") or site.get("dense_backward"))
 
 
@@ -100,7 +113,7 @@ def _layer_shape(name: str) -> str:
     return _REPEATED_INDEX.sub(".N.", f".{name}.")
 
 
-def call_site(site: dict[str, Any]) -> dict[str, Any]:
+def call_site(site: ModuleSiteRecord) -> dict[str, Any]:
     """The report row of a call seen through transformers' attention interface or a module hook."""
     flex = site["impl"] == _FLEX
     path: Path = "module-forward" if site["impl"] == "module-forward" else "transformers-interface"
@@ -120,7 +133,7 @@ def call_site(site: dict[str, Any]) -> dict[str, Any]:
     return _row(site, origin=origin, path=path, via=via, impl=site["impl"], verdict=verdict)
 
 
-def user_site(site: dict[str, Any]) -> dict[str, Any]:
+def user_site(site: FlexSiteRecord) -> dict[str, Any]:
     """The report row of a flex_attention call made through the user's own reference."""
     shown, more = site["wrapper_names"][:3], len(site["wrapper_names"]) - 3
     names = ", ".join(f"`{n}`" for n in shown) + (f" and {more} more" if more > 0 else "") or "an unnamed wrapper"
@@ -159,8 +172,8 @@ def _route(row: dict[str, Any], events: list[DenseEvent]) -> str | None:
 
 def _charged(event: DenseEvent, row: dict[str, Any]) -> bool:
     """The event was charged to this row's site: by its forward call, or by its layer."""
-    site = event.forward_site or {}
-    if site and (site.get("file"), site.get("line"), site.get("module")) == (row["file"], row["line"], row["module"]):
+    site = event.forward_site
+    if site and (site["file"], site["line"], site.get("module")) == (row["file"], row["line"], row["module"]):
         return True
     return event.layer is not None and event.layer == row["module"]
 
@@ -195,7 +208,7 @@ def _without_second_sightings(rows: list[dict[str, Any]]) -> list[dict[str, Any]
     recorder's stand-in, so a layer traced into a compiled graph is also seen through the attention
     interface and as a raw call from transformers' own file; the interface row is the layer's. The
     second sighting is folded into the layer's row, with whatever dense kernels it claimed."""
-    flex = {}
+    flex: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row["impl"] == _FLEX and row["path"] != "module-forward" and row["module"]:
             known = flex.get(row["module"])
@@ -259,9 +272,13 @@ def _site_where(site: dict[str, Any]) -> Where:
     return Where(file=site["file"], line=site["line"], function=site["function"], module=site["module"])
 
 
+def _same_call(first: DenseEvent, call: DenseEvent) -> bool:
+    return (call.site, call.layer) == (first.site, first.layer)
+
+
 def _belongs_to(event: DenseEvent, row: dict[str, Any]) -> bool:
     if event.layer is not None and row["module"] is not None:
-        return event.layer == row["module"]
+        return bool(event.layer == row["module"])
     frame = (f"{row['file']}:", f" in {row['function']}")
     return event.kind == "forward" and any(s.startswith(frame[0]) and s.endswith(frame[1]) for s in event.stack)
 
@@ -316,7 +333,8 @@ class TraceAttentionJudge(Judge):
         self.drafter = observations.traced_drafter
         parts = observations.parts()
         self.sites = [call_site(s) for part in parts for s in part["sites"]]
-        self.sites += [user_site(s) for part in parts for s in part.get("flex_sites", [])]
+        traced_code = [p for p in (self.drafter, self.script) if p]  # the parts whose own code calls flex
+        self.sites += [user_site(s) for part in traced_code for s in part["flex_sites"]]
         # the kernels the fix replay ran itself are no call of the user's
         self.dense_events = [e for e in observations.dense_events if e.phase != FIX_REPLAY_PHASE]
         self.unclaimed = [e for e in self.dense_events if not e.forward_site]
@@ -324,7 +342,7 @@ class TraceAttentionJudge(Judge):
         self._claim_outer_region_events()
         self.sites = merge_rows(self.sites)
         self._layers_from_the_tree()
-        self.compile_calls = CompileCall.read([c for part in parts for c in part.get("compile_calls", [])])
+        self.compile_calls = CompileCall.read([c for part in traced_code for c in part["compile_calls"]])
         self.causes: dict[int, Cause] = {}
         for row in self.sites:
             if row["impl"] == _FLEX and _ran_dense(row):
@@ -395,12 +413,12 @@ class TraceAttentionJudge(Judge):
     def judge(self) -> ProbeResult:
         self._instrumentation()
         if self.model:
-            self._model()
-            self._layers()
+            self._model(self.model)
+            self._layers(self.model)
         if self.drafter:
-            self._drafter()
+            self._drafter(self.drafter)
         if self.script:
-            self._script()
+            self._script(self.script)
         self._flex_sites()
         self._unclaimed_dense()
         self._graph_breaks()
@@ -438,18 +456,18 @@ class TraceAttentionJudge(Judge):
             if not layer.get("ran")
         ]
 
-    def _listed_layers(self) -> list[tuple[dict[str, Any], str]]:
+    def _listed_layers(self) -> list[tuple[LayerRecord, str]]:
         """Every attention layer read from a module tree: the model's, then those of the transformers
         models the script built; each with why it would not have run."""
-        model = [(layer, "the step stopped before it") for layer in (self.model or {}).get("layers", [])]
-        return model + [(layer, "not reached in the script") for layer in (self.script or {}).get("layers", [])]
+        model = [(layer, "the step stopped before it") for layer in (self.model["layers"] if self.model else [])]
+        return model + [
+            (layer, "not reached in the script") for layer in (self.script["layers"] if self.script else [])
+        ]
 
     def _instrumentation(self) -> None:
         parts = self.observations.parts()
-        reasons = {part["hook_unavailable"] for part in parts if part.get("hook_unavailable")}
-        reasons = sorted(
-            reasons | ({self.observations.hook_unavailable} if self.observations.hook_unavailable else set())
-        )
+        unavailable = [part["hook_unavailable"] for part in parts] + [self.observations.hook_unavailable]
+        reasons = sorted({reason for reason in unavailable if reason})
         for reason in reasons:
             self.findings.append(
                 finding(
@@ -460,8 +478,7 @@ class TraceAttentionJudge(Judge):
                 )
             )
 
-    def _model(self) -> None:
-        model = self.model
+    def _model(self, model: TracedModel) -> None:
         self.measurements.update(
             {
                 key: model[key]
@@ -475,15 +492,15 @@ class TraceAttentionJudge(Judge):
             f"{model['model_class']} ({model['model_type']}, {count_text(model['parameters'])} parameters, "
             f"{model['scale']} scale, attention {model['attn_implementation']}), {steps}",
         )
-        fla = model.get("fla")
+        fla = model["fla"]
         if fla and not fla["usable"]:
             self.findings.append(fla_not_usable_finding(fla, traced=True))
-        if model.get("fla_refused"):
-            self._fla_refused(model["fla_refused"], fla or {})
-        if model.get("error"):
+        if model["fla_refused"]:
+            self._fla_refused(model["fla_refused"], fla)
+        if model["error"]:
             self._raised("model step", f"the {model['model']} model step", model["error"], None)
 
-    def _fla_refused(self, refused: dict[str, Any], fla: dict[str, Any], check: str = "model step") -> None:
+    def _fla_refused(self, refused: FlaRefusal, fla: FlaState | None, check: str = "model step") -> None:
         """FLA's own guard stopped the step (a model's or a script's): this machine's versions, not
         the code."""
         guard = refused["guard"]
@@ -495,17 +512,17 @@ class TraceAttentionJudge(Judge):
             "kernel-unavailable",
         )
 
-    def _layers(self) -> None:
-        layers = self.model["layers"]
+    def _layers(self, model: TracedModel) -> None:
+        layers = model["layers"]
         self.measurements["layers"] = layers
         summary = _layer_tally(layers)
         ran = sum(1 for layer in layers if layer.get("ran"))
         ran_text = "all ran" if ran == len(layers) else f"{ran} ran before the step stopped; the rest as configured"
         self._check("layers", "info", f"{len(layers)} attention layers ({ran_text}): {summary}")
-        refused = self.model.get("flex_refused")
+        refused = model["flex_refused"]
         if not refused:
             return
-        model_class = self.model["model_class"]
+        model_class = model["model_class"]
         self.findings.append(
             finding(
                 "flex-unsupported-model",
@@ -522,8 +539,7 @@ class TraceAttentionJudge(Judge):
         )
         self._check("flex support", "info", f"{model_class} refuses flex_attention", "flex-unsupported-model")
 
-    def _drafter(self) -> None:
-        drafter = self.drafter
+    def _drafter(self, drafter: TracedDrafter) -> None:
         fault = drafter["fault"] or "none"
         self.measurements["drafter"] = {k: drafter[k] for k in ("fault", "scale", "backward", "q_len", "context_len")}
         steps = "forward and backward" if drafter["backward"] else "forward only (no flex backward on CPU)"
@@ -531,25 +547,23 @@ class TraceAttentionJudge(Judge):
             f"reference DFlash drafter step, {drafter['scale']} scale, {drafter['q_len']} draft tokens over "
             f"{drafter['context_len']} context, {steps}, fault {fault}"
         )
-        if drafter.get("error"):
+        if drafter["error"]:
             self._raised("drafter", "the reference drafter step", drafter["error"], None)
         else:
             self._check("drafter", "info", what)
 
-    def _script(self) -> None:
-        script = self.script
+    def _script(self, script: TracedScript) -> None:
         self.measurements["script"] = script["script"]
-        self._script_layers()
-        if self._script_fla():
+        self._script_layers(script["layers"])
+        if self._script_fla(script):
             return
-        if script.get("error"):
+        if script["error"]:
             self._raised("script", script["script"], script["error"], Where(file=script["script"]))
         else:
             self._check("script", "pass", f"{script['script']} ran to the end")
 
-    def _script_layers(self) -> None:
+    def _script_layers(self, layers: list[LayerRecord]) -> None:
         """The attention layers of the transformers models the script built, listed as a preset's are."""
-        layers = self.script.get("layers") or []
         if not layers:
             return
         self.measurements["script_layers"] = layers
@@ -561,17 +575,16 @@ class TraceAttentionJudge(Judge):
             f"{len(layers)} attention layers in the models the script built ({ran_text}): {_layer_tally(layers)}",
         )
 
-    def _script_fla(self) -> bool:
+    def _script_fla(self, script: TracedScript) -> bool:
         """FLA as the script met it, diagnosed as for a preset: installed where its kernels cannot run
         (the trace kept it out; said once when the model part says it too), the script's own import
         of FLA stopped by that, or FLA's own guard refusing a kernel here. True when that is why the
         script stopped: the environment, not the script, so no `target-raised`."""
-        script = self.script
-        fla = script.get("fla") or {}
-        stopped = script.get("fla_import_stopped")
-        refused = script.get("fla_refused")
-        model_fla = (self.model or {}).get("fla") or {}
-        if stopped:
+        fla = script["fla"]
+        stopped = script["fla_import_stopped"]
+        refused = script["fla_refused"]
+        model_fla = self.model["fla"] if self.model else None
+        if stopped and fla:
             self.findings.append(fla_import_stopped_finding(stopped, fla))
             self._check(
                 "script",
@@ -580,12 +593,12 @@ class TraceAttentionJudge(Judge):
                 "kernel-unavailable",
             )
         elif refused:
-            self._fla_refused(refused, fla or {}, check="script")
+            self._fla_refused(refused, fla, check="script")
         elif fla and not fla["usable"] and not (model_fla and not model_fla["usable"]):
             self.findings.append(fla_not_usable_finding(fla, traced=True))
         return bool(stopped or refused)
 
-    def _raised(self, check: str, what: str, error: dict[str, Any], where: Where | None) -> None:
+    def _raised(self, check: str, what: str, error: ErrorRecord, where: Where | None) -> None:
         resources = OutOfResources.read(error["message"], error.get("traceback") or "")
         if resources is not None:
             self.findings.append(out_of_resources_finding(resources, what, where))
@@ -607,7 +620,7 @@ class TraceAttentionJudge(Judge):
                 + (f". Cause ({cause.kind}): {cause.summary}." if cause else "")
                 + (f" The line to change: {cause.where.file}:{cause.where.line}." if cause and cause.where else ""),
                 where=(cause.where if cause and cause.where else where),
-                evidence={**error, "cause_kind": cause.kind} if cause else error,
+                evidence={**error, "cause_kind": cause.kind} if cause else dict(error),
                 fix=cause.fix
                 if cause
                 else "Run it by hand to see the failure; the call sites listed were recorded before it.",
@@ -629,7 +642,7 @@ class TraceAttentionJudge(Judge):
             if not events:
                 continue
             first = events[0]
-            replay = self._fix_replay(lambda call, first=first: (call.site, call.layer) == (first.site, first.layer))
+            replay = self._fix_replay(partial(_same_call, first))
             self.findings.append(
                 finding(
                     f"dense-{direction}",
