@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, Protocol, cast
 
 import typer
 
@@ -60,16 +60,24 @@ app = typer.Typer(
 
 # Typer raises click's exceptions, from a vendored copy of click in newer releases: take the class
 # from typer itself so both layouts are caught.
-_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_CLICK_ERROR = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException" and issubclass(c, Exception)
+)
+
+
+class _ClickMessage(Protocol):
+    """What is read of a ClickException (a class found at run time, so the checker is told)."""
+
+    def format_message(self) -> str: ...
 
 
 # The command line main() was given, as the user would retype it (`python -m` leaves a path in
 # argv[0]): reports quote it. Set for the length of one main() call.
-_COMMAND_LINE: contextvars.ContextVar[list[str]] = contextvars.ContextVar("command_line")
+_COMMAND_LINE: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("command_line", default=None)
 
 
 def _argv() -> list[str]:
-    return list(_COMMAND_LINE.get(None) or ["dflashdoctor", *sys.argv[1:]])
+    return list(_COMMAND_LINE.get() or ["dflashdoctor", *sys.argv[1:]])
 
 
 def _reported(
@@ -134,7 +142,7 @@ for _spec in PROBES.values():
 def run_command(
     ctx: typer.Context,
     hang_timeout: Annotated[
-        float,
+        float | None,
         typer.Option(
             min=0,
             callback=seconds("turns the watchdog off"),
@@ -561,7 +569,7 @@ def _main(args: list[str]) -> int:
         print(f"dflashdoctor: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except _CLICK_ERROR as exc:  # unknown option, missing value, bad number, ...
-        print(f"dflashdoctor: {exc.format_message()}", file=sys.stderr)
+        print(f"dflashdoctor: {cast(_ClickMessage, exc).format_message()}", file=sys.stderr)
         return EXIT_USAGE
     except _Terminated:
         print("dflashdoctor: stopped by SIGTERM", file=sys.stderr)

@@ -97,7 +97,8 @@ class DenseEvent:
     older_than: tuple[int, ...] = field(default=(), repr=False, compare=False, metadata=NOT_WRITTEN)
 
     def to_dict(self) -> dict[str, Any]:
-        return dump(self)
+        written: dict[str, Any] = dump(self)
+        return written
 
     def to_record(self) -> DenseEventRecord:
         """As a record keeps it (an out-of-memory's last dense kernels): `dump` writes exactly the
@@ -285,11 +286,16 @@ def check_record(record_type: Any, value: Any, where: str) -> None:
     _record(record_type, value, True, where)
 
 
-@functools.cache
-def _dataclass_shape(cls: Any) -> tuple[dict[str, Any], list[Any]]:
+_SHAPES: dict[type, tuple[dict[str, Any], list[Any]]] = {}
+
+
+def _dataclass_shape(cls: type) -> tuple[dict[str, Any], list[Any]]:
     """A dataclass's resolved hints and written fields, worked out once per class: resolving the
     string annotations was most of the time `run` spent reading a long run's snapshot lines."""
-    return typing.get_type_hints(cls, vars(sys.modules[cls.__module__])), _written(cls)
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = _SHAPES[cls] = typing.get_type_hints(cls, vars(sys.modules[cls.__module__])), _written(cls)
+    return shape
 
 
 @functools.cache

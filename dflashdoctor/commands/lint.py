@@ -146,17 +146,18 @@ def lint(options: LintOptions, argv: list[str]) -> Report:
     base = _base(options, settings)
     report = new_report("lint", argv)
     read = _Read()
-    seen = set()
-    for path, relative in lint_files(options.paths, settings, base):
-        seen.add(path)
-        _read_file(read, path, relative)
+    seen: set[str] = set()
+    for file, relative in lint_files(options.paths, settings, base):
+        seen.add(file)
+        _read_file(read, file, relative)
     _context(read, options.paths, settings, seen)
     findings: list[Finding] = []
     for facts, noqa in read.judged:
         findings += [
             f
             for f in judge_file(facts, read.project)
-            if settings.reported(f.code, facts.relative) and not silenced(f.code, f.where and f.where.line, noqa)
+            if settings.reported(f.code, facts.relative)
+            and not silenced(f.code, f.where.line if f.where else None, noqa)
         ]
     result = ProbeResult(probe="lint", findings=findings, subject=", ".join(str(p) for p in options.paths))
     # A linter's exit code: 1 when anything is reported, a warning too (the check fails), else 0.

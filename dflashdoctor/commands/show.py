@@ -77,7 +77,7 @@ def _fill_earlier_sections(report: Report, sections: list[dict[str, Any]]) -> No
         if "tables" not in section and sites:
             result.tables = [call_site_table(sites)]
         if "subject" not in section and shape:
-            mask = result.measurements.get("mask")
+            mask = str(result.measurements.get("mask") or "?")
             result.subject = shape_subject(env.get("device", "?"), env.get("device_name", "?"), shape, mask)
         if "plots" in section:  # written by a version that made its own charts and links
             continue
