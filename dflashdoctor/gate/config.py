@@ -31,12 +31,22 @@ SHAPE_KEYS = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtyp
 ProbeOptions = EnvOptions | CheckCompileOptions | TraceAttentionOptions | RaceOptions | CacheOptions
 
 
+def options_field(probe: str) -> str:
+    """The GateConfig field that holds `probe`'s options: its name, as an identifier."""
+    return probe.replace("-", "_")
+
+
 def _gate_budgets() -> Budgets:
     return Budgets(held_by_gate=True)
 
 
 @dataclass
 class GateConfig:
+    """What the gate runs and holds it to. The table's `timeout` is each probe's `timeout_s`; left out,
+    each probe keeps its command's own (env's is short), and each section records the one it ran
+    with. `cache check` on this machine scans in the gate's own process, as its command does: its
+    timeout holds only where it runs as a probe, over ssh. `run` has its own, `run_timeout`."""
+
     # Each probe's options, with its command's defaults where the table names no field of them.
     env: EnvOptions = field(default_factory=EnvOptions)
     check_compile: CheckCompileOptions = field(default_factory=CheckCompileOptions)

@@ -20,7 +20,7 @@ from typing import Any
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.errors import BadInput
-from dflashdoctor.gate.config import GATE_PROBES, GateConfig
+from dflashdoctor.gate.config import GATE_PROBES, GateConfig, options_field
 
 _OWN = "gate"  # a setting of the gate's own: a field of GateConfig
 _BUDGETS = "budgets"
@@ -44,7 +44,7 @@ _BUDGET_KEYS: dict[str, tuple[Place, ...]] = {
     item.name: ((_BUDGETS, item.name),) for item in fields(Budgets) if item.name != "held_by_gate"
 }
 _BUDGET_KEYS["max_recompiles"] += (("check-compile", "max_recompiles"),)
-_COMPOSED = {_BUDGETS, *(probe.replace("-", "_") for probe in GATE_PROBES)}  # GateConfig's fields that are parts
+_COMPOSED = {_BUDGETS, *map(options_field, GATE_PROBES)}  # GateConfig's fields that are parts, not settings
 _OWN_KEYS: dict[str, tuple[Place, ...]] = {
     item.name: ((_OWN, item.name),) for item in fields(GateConfig) if item.name not in _COMPOSED
 }
@@ -75,11 +75,11 @@ def filled(config: GateConfig, table: Mapping[str, object], source: str) -> Gate
             continue
         if name not in KEYS:
             raise BadInput(f"unknown key {key!r} in {source}; known keys: {', '.join(sorted(KEYS))}")
-        for place in KEYS[name]:
-            changes.setdefault(place[0], {})[place[1]] = _typed(key, value, field_type(place), source)
+        for where, field_name in KEYS[name]:
+            changes.setdefault(where, {})[field_name] = _typed(key, value, field_type((where, field_name)), source)
     options = config.options()
     parts: dict[str, Any] = {
-        probe.replace("-", "_"): replace(options[probe], **changes[probe]) for probe in GATE_PROBES if probe in changes
+        options_field(probe): replace(options[probe], **changes[probe]) for probe in GATE_PROBES if probe in changes
     }
     if _BUDGETS in changes:
         parts[_BUDGETS] = replace(config.budgets, **changes[_BUDGETS])
