@@ -3,8 +3,8 @@ the gate's alone. It restates no probe option and no default: a probe's options 
 command's Options dataclass, built with that dataclass's defaults, and the gate's table
 (gate/table.py) sets only the fields it names. So a default changed in a command is the gate's too.
 
-A setting the gate applies to every probe (`device`, `timeout`) is a key of the table that fills the
-field of that name in each probe's Options that has one, not a field here."""
+A setting the gate applies to every probe (`device`, `timeout`) is a key of the table that fills its
+field in every probe's Options that has one (`timeout`: `timeout_s`), not a field here."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class GateConfig:
     def probe_options(self, name: str, python: str | None, ssh: str | None) -> ProbeOptions:
         """The options probe `name` runs with on one machine (`python` there, `ssh` to reach it).
         trace-attention traces the team's step script, else the configured model, else the reference
-        drafter step: never the command's own default model, which is a full-scale target."""
+        drafter step (where its command alone would trace its default model preset)."""
         options = replace(self.options()[name], python=python, ssh=ssh)
         if isinstance(options, TraceAttentionOptions):
             options = replace(options, drafter=options.model is None and options.script is None)
