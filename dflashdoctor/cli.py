@@ -32,13 +32,13 @@ from dflashdoctor.cli_options import (
 )
 from dflashdoctor.commands.cache import CacheOptions
 from dflashdoctor.commands.explain import ExplainOptions, explain, log_paths
-from dflashdoctor.commands.gate import GateOptions, gate
 from dflashdoctor.commands.init import InitOptions, init
 from dflashdoctor.commands.lint import LintOptions, lint
 from dflashdoctor.commands.merge import merge
 from dflashdoctor.commands.run import RunOptions, merge_when_first, report_folder
 from dflashdoctor.commands.show import show
 from dflashdoctor.errors import BadInput
+from dflashdoctor.gate.command import GateOptions, gate
 from dflashdoctor.gate.hostfile import nodes_of
 from dflashdoctor.lint import output as lint_output
 from dflashdoctor.output import destination_problem, emit, new_report_dir, stdout_conflict

@@ -4,8 +4,8 @@ is judged, the script the probed interpreter runs, and what it needs there.
 Each command module declares its `SPEC`; `registry.PROBES` collects them. The CLI, the gate and the
 runner read a probe from there. A probe whose work is all in its script needs no command function of
 its own: `session.run_probe_command` runs any spec from its hooks (validate, the script's config,
-the report's subject). The gate's mapping from its configuration to a probe's options lives in the
-gate (`gate/probe_options.py`), so no command knows the gate.
+the report's subject). The gate composes the probes' Options (`gate/config.py`) and sits above the
+commands: no command knows the gate.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ class CacheOptions:
     wait_s: float = 300.0  # fix, restore: how long to wait for another run working on the same root
     python: str | None = None  # check --ssh: the interpreter there
     ssh: str | None = None  # check: scan that machine's roots, there
+    timeout_s: float = PROBE_TIMEOUT_S  # check --ssh: its probe there; here the scan is this process's own
 
 
 def _named_quarantine(folder: Path) -> tuple[Path, str]:
@@ -105,7 +106,9 @@ def _check_there(options: CacheOptions, argv: list[str], budgets: Budgets) -> Re
         "all_roots": options.all_roots,
     }
     python = probe_python(options.python, options.ssh)
-    probe_into_report(report, SPEC, config, python=python, timeout_s=PROBE_TIMEOUT_S, budgets=budgets, ssh=options.ssh)
+    probe_into_report(
+        report, SPEC, config, python=python, timeout_s=options.timeout_s, budgets=budgets, ssh=options.ssh
+    )
     payload = report.observations.get("cache") or {}
     report.environment.update(target=payload.get("roots", ""), triton=payload.get("triton"))
     return finish(report, started)

@@ -13,7 +13,7 @@ from dflashdoctor.probe_spec import ProbeSpec
 class EnvOptions:
     python: str | None = None
     ssh: str | None = None  # [user@]host[:port]: the probed side runs there
-    # short, in the gate too: it imports torch and reads versions
+    # short: it imports torch and reads versions (in the gate, its `timeout` where one is configured)
     timeout_s: float = 120.0
 
 

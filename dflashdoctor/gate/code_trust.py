@@ -42,7 +42,7 @@ def _module_problems(cwd: Path, dotted: str, trust: Trust, whose: str) -> Iterat
 
 
 def _problems(config: GateConfig, trust: Trust, cwd: Path) -> Iterator[str | None]:
-    module_part = config.target.rpartition(":")[0]
+    module_part = config.check_compile.target.rpartition(":")[0]
     if module_part.endswith(".py") or os.sep in module_part:
         target = Path(module_part)
         yield trust.file_problem(target, "the target's file")
@@ -50,8 +50,8 @@ def _problems(config: GateConfig, trust: Trust, cwd: Path) -> Iterator[str | Non
     elif any(_module_files(cwd, module_part, "the target")):  # found in the current folder, first on a probe's path
         yield trust.import_folder_problem(cwd, "the current folder, where the target's module is")
         yield from _module_problems(cwd, module_part, trust, "the target")
-    if config.script is not None:
-        script = Path(config.script)
+    if config.trace_attention.script is not None:
+        script = Path(config.trace_attention.script)
         yield trust.file_problem(script, "the script")
         yield trust.import_folder_problem(script.parent, "the script's folder (put on the import path)")
     if config.run is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 
 from dflashdoctor.codes import CODES, codes_markdown
-from dflashdoctor.gate.config import load_config
+from dflashdoctor.gate.config_file import load_config
 from tests.paths import ROOT
 
 README = ROOT / "README.md"
@@ -41,7 +41,7 @@ def test_the_gate_configuration_example_loads(tmp_path):
     (tmp_path / "pyproject.toml").write_text(text[start : text.index("```", start)])
     config, source = load_config(None, tmp_path)
     assert source.path == tmp_path / "pyproject.toml"
-    assert config.shape["kv_len"] == 10240 and config.max_graph_breaks == 0
+    assert config.check_compile.shape["kv_len"] == 10240 and config.budgets.max_graph_breaks == 0
 
 
 def test_nothing_points_at_a_file_outside_the_repository():

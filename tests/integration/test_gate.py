@@ -60,6 +60,10 @@ def test_default_gate_passes_on_the_embedded_reference_setup(tmp_path, sarif_sch
     assert run.code == 0, run.stdout[-4000:] + run.stderr[-2000:]
     sections = [r["probe"] for r in run.report["results"]]
     assert sections == ["env", "check-compile", "trace-attention", "race", "cache"]
+    # each section says the timeout its probe ran with, the probe's own with none configured (cache
+    # checks in the doctor's process: it has none)
+    ran_with = {r["probe"]: r["measurements"].get("timeout_s") for r in run.report["results"]}
+    assert ran_with == {name: PROBES[name].options().timeout_s for name in sections} | {"cache": None}
     race = run.report["results"][3]
     assert race["status"] == "pass" and not [f for f in race["findings"] if f["severity"] == "error"]
     shared = next(f for f in race["findings"] if f["code"] == "autotuner-shared-state")
@@ -141,6 +145,14 @@ def test_shape_and_mask_from_the_configuration_reach_check_compile(tmp_path):
     measured = run.report["results"][0]["measurements"]
     assert (measured["shape"]["heads"], measured["shape"]["kv_heads"], measured["shape"]["q_len"]) == (4, 2, 128)
     assert measured["mask"] == "causal" and len(measured["vary"]) == 2
+
+
+def test_the_configured_timeout_reaches_env_too(tmp_path):
+    """The gate's `timeout` is every probe's: env's own short default gives way to it."""
+    run = gate(tmp_path, config='probes = ["env", "cache"]\ntimeout = 300\n')
+    assert run.code == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    ran_with = {r["probe"]: r["measurements"].get("timeout_s") for r in run.report["results"]}
+    assert ran_with == {"env": 300, "cache": None}
 
 
 def test_env_reports_versions_and_hazards_and_redacts_secrets(tmp_path):

@@ -1,5 +1,6 @@
-"""The package's import graph, read from the source: no circle of imports anywhere at run time, and
-none at all (type-only imports counted) through the commands and the gate. A circle there is how
+"""The package's import graph, read from the source: no circle of imports anywhere at run time, none
+at all (type-only imports counted) through the commands and the gate, and the commands below the
+gate and the registry (the gate composes the commands; no command knows it). A circle there is how
 the gate's configuration and the probe commands once came to need each other (seven files that
 could only be understood, imported or tested together)."""
 
@@ -118,16 +119,34 @@ def test_the_commands_and_the_gate_are_in_no_circle_even_for_types():
     assert through == []
 
 
+def _imports_under(package: str, graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """What each module of `package` (the package's own __init__ too) imports of this package."""
+    return {name: imported for name, imported in graph.items() if name == package or name.startswith(package + ".")}
+
+
+def test_the_commands_are_below_the_gate_and_the_registry():
+    """The layers, read from the real imports (type-only ones too): commands/ holds single-probe
+    commands, which know no gate, no registry of every probe and no CLI; the gate, above them, composes
+    them (gate/ imports commands/, never the other way)."""
+    graph = _graph(type_only=True)
+    above = ("dflashdoctor.gate", "dflashdoctor.registry", "dflashdoctor.cli")
+    upward = {
+        name: sorted(m for m in imported if m in above or m.startswith(tuple(f"{a}." for a in above)))
+        for name, imported in _imports_under("dflashdoctor.commands", graph).items()
+    }
+    assert {name: found for name, found in upward.items() if found} == {}
+    composed = set().union(*_imports_under("dflashdoctor.gate", graph).values())
+    assert {"dflashdoctor.commands.check_compile", "dflashdoctor.registry"} <= composed
+
+
 def test_the_reader_sees_a_circle_where_there_is_one():
     """The test above would pass on a graph it misreads: a circle built from the real reader's rules
     (a relative import, a lazy one in a function, a type-only one) is found."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _circles(graph) == [["a", "b", "c"]]
     modules = _module_names()
-    gate = _imports(
-        "dflashdoctor.gate.probe_options", modules["dflashdoctor.gate.probe_options"], modules, type_only=True
-    )
-    assert {"dflashdoctor.gate.config", "dflashdoctor.commands.check_compile"} <= gate
+    gate = _imports("dflashdoctor.gate.table", modules["dflashdoctor.gate.table"], modules, type_only=True)
+    assert {"dflashdoctor.gate.config", "dflashdoctor.budgets"} <= gate
     agent = "dflashdoctor.agent.torch_instruments"
     assert "dflashdoctor.agent.process" in _imports(agent, modules[agent], modules, type_only=True)
     assert "dflashdoctor.agent.process" not in _imports(agent, modules[agent], modules, type_only=False)

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from dflashdoctor import cli_options
 from dflashdoctor.commands import check_compile, race, trace_attention
 from dflashdoctor.errors import BadInput
-from dflashdoctor.gate.config import GateConfig, load_config
+from dflashdoctor.gate.config import GateConfig
+from dflashdoctor.gate.config_file import load_config
 from dflashdoctor.limits import MAX_SECONDS, MAX_STEPS, MAX_TRIALS, MAX_VARY
 from dflashdoctor.lint.facts import file_facts, thread_facts
 from dflashdoctor.shapes import MAX_SIZE
@@ -79,12 +80,14 @@ def _toml_value(value: object) -> str:
 
 def _checked(config: GateConfig) -> None:
     """What an accepted configuration must satisfy: nothing silently off, everything in range."""
-    assert math.isfinite(config.timeout) and config.timeout > 0
-    budget = config.max_compile_seconds
-    assert budget is None or (math.isfinite(budget) and budget >= 0)
-    assert 0 <= config.vary <= MAX_VARY
-    assert 0 <= config.max_recompiles <= MAX_SIZE and 0 <= config.max_graph_breaks <= MAX_SIZE
-    assert config.probes and ":" in config.target
+    assert all(math.isfinite(o.timeout_s) and o.timeout_s > 0 for o in config.options().values())
+    budgets = config.budgets
+    assert budgets.max_compile_seconds is None or (
+        math.isfinite(budgets.max_compile_seconds) and budgets.max_compile_seconds >= 0
+    )
+    assert 0 <= config.check_compile.vary <= MAX_VARY
+    assert 0 <= budgets.max_recompiles <= MAX_SIZE and 0 <= budgets.max_graph_breaks <= MAX_SIZE
+    assert config.probes and ":" in config.check_compile.target
 
 
 def _parsed(text: str) -> GateConfig | None:
