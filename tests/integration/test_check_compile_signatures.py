@@ -20,11 +20,11 @@ def _call(run) -> dict:
     return run.report["results"][0]["measurements"]["call"]
 
 
-def test_torchtunes_compile_friendly_flex_attention_passes(cli):
+def test_torchtunes_compile_friendly_flex_attention_passes(cli_here):
     """torchtune @ bd2a0fc's wrapper takes (q, k, v, block_mask): no enable_gqa, so K/V are expanded
     to the query heads as torchtune's MultiHeadAttention does; torch.compiler.disable around it is
     not mistaken for a compiled wrapper."""
-    run = cli("check-compile", f"{TORCHTUNE}:compile_friendly_flex_attention", "--device", "cpu", "--vary", "2")
+    run = cli_here("check-compile", f"{TORCHTUNE}:compile_friendly_flex_attention", "--device", "cpu", "--vary", "2")
     assert run.code == 0, run.stdout + run.stderr
     assert run.check("target")["summary"] == (
         "compile_friendly_flex_attention calls the compiled wrapper `flex_attention_compiled`"
@@ -53,8 +53,8 @@ def test_torchtunes_compile_friendly_flex_attention_passes(cli):
         ("compiled_module", f"target(q, k, v, attn_mask=...) {EXPANDED}"),  # its forward's signature
     ],
 )
-def test_wrapper_signatures_are_called_as_their_callers_call_them(cli, attr, text):
-    run = cli("check-compile", f"{SIGNATURES}:{attr}", "--device", "cpu", "--vary", "0")
+def test_wrapper_signatures_are_called_as_their_callers_call_them(cli_here, attr, text):
+    run = cli_here("check-compile", f"{SIGNATURES}:{attr}", "--device", "cpu", "--vary", "0")
     assert run.code == 0, run.stdout + run.stderr
     assert run.check("call")["summary"] == f"called as {text}"
     assert _call(run)["text"] == text
@@ -62,15 +62,15 @@ def test_wrapper_signatures_are_called_as_their_callers_call_them(cli, attr, tex
     assert run.check("numerics")["status"] == "pass"
 
 
-def test_healthy_reference_is_called_with_enable_gqa(cli):
-    run = cli("check-compile", "--device", "cpu", "--vary", "0", "--json")
+def test_healthy_reference_is_called_with_enable_gqa(cli_here):
+    run = cli_here("check-compile", "--device", "cpu", "--vary", "0", "--json")
     assert run.code == 0, run.stdout + run.stderr
     assert _call(run)["text"] == "target(q, k, v, block_mask=..., enable_gqa=True)"
 
 
-def test_a_required_parameter_it_cannot_fill_is_bad_input(cli):
+def test_a_required_parameter_it_cannot_fill_is_bad_input(cli_here):
     spec = f"{SIGNATURES}:needs_layer"
-    run = cli("check-compile", spec, "--device", "cpu", "--vary", "0")
+    run = cli_here("check-compile", spec, "--device", "cpu", "--vary", "0")
     assert run.code == 2, run.stdout + run.stderr
     assert run.stderr.splitlines() == [
         f"dflashdoctor: {spec} does not take flex_attention's call convention: its parameter `layer_idx` is "

@@ -17,10 +17,10 @@ TITAN = ROOT / "tests" / "realworld" / "titan_rebound.py"
 SCRIPT = TARGETS / "fix_replay.py"
 
 
-def test_a_rebound_wrapper_is_proven_fused_on_its_own_call(cli):
+def test_a_rebound_wrapper_is_proven_fused_on_its_own_call(cli_here):
     """torchtitan's wrapper rebound to the raw flex_attention: each layer's call, replayed compiled,
     runs no dense kernel and matches the dense result."""
-    run = cli("trace-attention", "--script", str(TITAN), "--", "--rebind")
+    run = cli_here("trace-attention", "--script", str(TITAN), "--", "--rebind")
     assert run.code == 1, run.stdout + run.stderr
     dense = run.findings("dense-forward")
     assert sorted(f["where"]["module"] for f in dense) == ["layers.0.attention", "layers.1.attention"]
@@ -34,10 +34,10 @@ def test_a_rebound_wrapper_is_proven_fused_on_its_own_call(cli):
     assert len(replays) == 2 and all(r["device"] == "cpu" and not r["backward"] for r in replays)
 
 
-def test_a_score_mod_dynamo_cannot_trace_is_not_proven(cli):
+def test_a_score_mod_dynamo_cannot_trace_is_not_proven(cli_here):
     """A score_mod with a Python side effect, run under flex_attention's compile-debug switch: the
     dense call works, but the compiled one cannot put the score_mod in a graph and runs dense too."""
-    run = cli("trace-attention", "--script", str(SCRIPT), "--", "--debug-score-mod")
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--", "--debug-score-mod")
     assert run.code == 1, run.stdout + run.stderr
     (dense,) = run.findings("dense-forward")
     assert "fix not proven: " in dense["detail"] and "fix proven" not in dense["detail"], dense["detail"]

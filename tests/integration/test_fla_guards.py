@@ -103,8 +103,8 @@ def test_a_refusal_raised_by_fla_is_matched_to_its_guard():
 
 @needs_fla
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
-def test_env_on_a_cpu_with_fla_says_its_kernels_cannot_run_here(cli):
-    run = cli("env")
+def test_env_on_a_cpu_with_fla_says_its_kernels_cannot_run_here(cli_here):
+    run = cli_here("env")
     assert run.code == 0, run.stdout + run.stderr
     (unavailable,) = run.findings("kernel-unavailable")
     assert unavailable["severity"] == "warning" and "is installed but its kernels cannot run" in unavailable["title"]
@@ -113,12 +113,12 @@ def test_env_on_a_cpu_with_fla_says_its_kernels_cannot_run_here(cli):
 
 @needs_fla
 @pytest.mark.gpu
-def test_env_on_a_gpu_reports_the_guards_that_hold_here_without_running_a_model(cli):
+def test_env_on_a_gpu_reports_the_guards_that_hold_here_without_running_a_model(cli_here):
     """On a GPU node env judges FLA from its flags alone: each guard that holds here is a finding,
     the same ones a model trace would meet."""
     platform, flags = fla_flags()
     holding = sorted(g.function for g in fla_guards(flags) if g.applies)
-    run = cli("env")
+    run = cli_here("env")
     assert run.code == 0, run.stdout + run.stderr
     assert platform == "cuda"
     found = run.findings("kernel-unavailable")

@@ -36,8 +36,8 @@ def _breaks(run) -> int:
     return run.report["results"][0]["measurements"]["graph_breaks"]
 
 
-def test_an_hf_model_compiled_whole_names_transformers_line_and_the_hazard_fix(cli):
-    run = cli("trace-attention", "--script", str(SCRIPT), "--", "hf")
+def test_an_hf_model_compiled_whole_names_transformers_line_and_the_hazard_fix(cli_here):
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--", "hf")
     assert run.code == 0, run.stdout + run.stderr
     (found,) = run.findings("graph-break")
     assert found["where"]["file"].replace("\\", "/").endswith("transformers/masking_utils.py")
@@ -49,8 +49,8 @@ def test_an_hf_model_compiled_whole_names_transformers_line_and_the_hazard_fix(c
 
 
 @pytest.mark.parametrize("fix", ["--ignore-warn", "--layers"])
-def test_the_fixes_the_hazard_names_remove_the_breaks(cli, fix):
-    run = cli("trace-attention", "--script", str(SCRIPT), "--", "hf", fix)
+def test_the_fixes_the_hazard_names_remove_the_breaks(cli_here, fix):
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--", "hf", fix)
     assert run.code == 0, run.stdout + run.stderr
     assert _breaks(run) == _truth("hf", fix)["counter"] == 0
     assert run.check("graph breaks")["status"] == "pass" and not run.findings("graph-break")
@@ -64,8 +64,8 @@ def test_the_fixes_the_hazard_names_remove_the_breaks(cli, fix):
         ("branch", "# the branch line", "with_branch", "data-dependent branch"),
     ],
 )
-def test_a_break_in_user_code_names_the_users_line_and_reason(cli, kind, marker, function, words):
-    run = cli("trace-attention", "--script", str(SCRIPT), "--", kind)
+def test_a_break_in_user_code_names_the_users_line_and_reason(cli_here, kind, marker, function, words):
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--", kind)
     assert run.code == 0, run.stdout + run.stderr
     (found,) = run.findings("graph-break")
     where = found["where"]
@@ -77,15 +77,15 @@ def test_a_break_in_user_code_names_the_users_line_and_reason(cli, kind, marker,
     assert truth["counter"] == (0 if kind == "branch" else truth["explain"])
 
 
-def test_a_healthy_compiled_function_reports_no_break(cli):
-    run = cli("trace-attention", "--script", str(SCRIPT), "--", "healthy")
+def test_a_healthy_compiled_function_reports_no_break(cli_here):
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--", "healthy")
     assert run.code == 0, run.stdout + run.stderr
     assert _breaks(run) == 0 == _truth("healthy")["explain"]
     assert run.check("graph breaks")["summary"] == "0 graph breaks in the traced run"
 
 
-def test_run_names_the_break_in_the_process_that_took_it(cli):
-    run = cli("run", "--", sys.executable, str(SCRIPT), "item")
+def test_run_names_the_break_in_the_process_that_took_it(cli_here):
+    run = cli_here("run", "--", sys.executable, str(SCRIPT), "item")
     assert run.code == 0, run.stdout + run.stderr
     (found,) = run.findings("graph-break")
     assert (found["where"]["file"], found["where"]["line"]) == (str(SCRIPT), _line("# the item line"))

@@ -23,8 +23,8 @@ from tests.paths import ROOT, TARGETS
 triton = pytest.importorskip("triton")
 
 
-def test_two_threads_crash_the_shared_autotuner(cli):
-    run = cli("race", "--threads", "2")
+def test_two_threads_crash_the_shared_autotuner(cli_here):
+    run = cli_here("race", "--threads", "2")
     assert run.code == 1, run.stdout + run.stderr
     (race,) = run.findings("autotuner-race")
     assert race["evidence"]["exception"] == "TypeError: 'NoneType' object is not a mapping"
@@ -41,8 +41,8 @@ def test_two_threads_crash_the_shared_autotuner(cli):
 
 
 @pytest.mark.parametrize("fix", ["lock", "sequential"])
-def test_fix_shows_no_failure_and_equal_outputs(cli, fix):
-    run = cli("race", "--threads", "2", "--fix", fix, "--trials", "3")
+def test_fix_shows_no_failure_and_equal_outputs(cli_here, fix):
+    run = cli_here("race", "--threads", "2", "--fix", fix, "--trials", "3")
     assert run.code == 0, run.stdout + run.stderr
     measurements = run.report["results"][0]["measurements"]
     assert measurements["forced_unfixed"]["failed"]  # the race is there without the fix
@@ -54,8 +54,8 @@ def test_fix_shows_no_failure_and_equal_outputs(cli, fix):
     assert "autotuner-race" not in run.codes()
 
 
-def test_one_process_per_worker_shares_no_autotuner(cli):
-    run = cli("race", "--processes", "2", "--trials", "0")
+def test_one_process_per_worker_shares_no_autotuner(cli_here):
+    run = cli_here("race", "--processes", "2", "--trials", "0")
     processes = run.report["results"][0]["measurements"]["processes"]
     assert processes["distinct_processes"] == 2 and processes["failures"] == 0
     assert len({rank["pid"] for rank in processes["ranks"]}) == 2
@@ -77,15 +77,15 @@ def test_one_process_per_worker_shares_no_autotuner(cli):
         (["--triton-binaries", "."], "--triton-binaries is for real kernels (--kernel fla, reference or a TARGET)"),
     ],
 )
-def test_bad_race_options_exit_2(cli, args, message):
-    run = cli("race", *args)
+def test_bad_race_options_exit_2(cli_here, args, message):
+    run = cli_here("race", *args)
     assert run.code == 2
     assert run.stderr.strip() == f"dflashdoctor: {message}"
 
 
-def test_binaries_folder_that_is_a_file_exits_2(cli, tmp_path):
+def test_binaries_folder_that_is_a_file_exits_2(cli_here, tmp_path):
     (tmp_path / "binaries").write_text("not a folder", encoding="utf-8")
-    run = cli("race", "--kernel", "fla", "--triton-binaries", "binaries")
+    run = cli_here("race", "--kernel", "fla", "--triton-binaries", "binaries")
     assert run.code == 2
     assert run.stderr.strip() == "dflashdoctor: --triton-binaries binaries is not a directory"
 
@@ -93,11 +93,11 @@ def test_binaries_folder_that_is_a_file_exits_2(cli, tmp_path):
 SHARED_STUB = "dflashdoctor.autotune.stub_kernel:shared_add"
 
 
-def test_target_trials_share_one_host_tune_cold_each_time_and_the_lock_holds(cli):
+def test_target_trials_share_one_host_tune_cold_each_time_and_the_lock_holds(cli_here):
     """Three trials in one interpreter: before each, every autotuner is emptied (the second and
     third find the key the trial before tuned, and clear it), and each trial benchmarks its configs
     again; nothing is stored on disk."""
-    run = cli("race", "--kernel", SHARED_STUB, "--trials", "3", "--fix", "lock")
+    run = cli_here("race", "--kernel", SHARED_STUB, "--trials", "3", "--fix", "lock")
     assert run.code == 0, run.stdout + run.stderr
     measurements = run.report["results"][0]["measurements"]
     trials = measurements["kernel_trials"]
@@ -121,12 +121,12 @@ def test_target_trials_share_one_host_tune_cold_each_time_and_the_lock_holds(cli
     ("fault", "message"),
     [("killed", "killed by SIGKILL"), ("hangs", "timed out after 30 s")],
 )
-def test_a_trial_host_lost_mid_trial_is_a_failed_trial_and_the_next_starts_afresh(cli, fault, message):
+def test_a_trial_host_lost_mid_trial_is_a_failed_trial_and_the_next_starts_afresh(cli_here, fault, message):
     """SIGKILL, or a hang past the trial's time, in the second trial of a host: that trial fails as
     ProcessDied saying how it ended, and the third runs in a fresh host (which imports the workload
     again) and passes."""
     target = f"{TARGETS / 'race' / 'second_trial_faults.py'}:{fault}"
-    run = cli("race", "--kernel", target, "--trials", "3", "--fix", "lock", "--timeout", "120")
+    run = cli_here("race", "--kernel", target, "--trials", "3", "--fix", "lock", "--timeout", "120")
     assert run.code == 1, run.stdout + run.stderr
     trials = run.report["results"][0]["measurements"]["kernel_trials"]
     assert [t["failed"] for t in trials] == [False, True, False]
@@ -138,16 +138,16 @@ def test_a_trial_host_lost_mid_trial_is_a_failed_trial_and_the_next_starts_afres
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")
-def test_fla_kernels_without_a_gpu_say_why(cli):
-    run = cli("race", "--kernel", "fla")
+def test_fla_kernels_without_a_gpu_say_why(cli_here):
+    run = cli_here("race", "--kernel", "fla")
     assert run.code == 0, run.stdout + run.stderr
     assert run.check("real kernels")["status"] == "skip"
     assert "need a CUDA GPU" in run.check("real kernels")["summary"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")
-def test_reference_target_forwards_without_a_gpu_say_why(cli):
-    run = cli("race", "--kernel", "reference", "--fix", "sequential")
+def test_reference_target_forwards_without_a_gpu_say_why(cli_here):
+    run = cli_here("race", "--kernel", "reference", "--fix", "sequential")
     assert run.code == 0, run.stdout + run.stderr
     summary = run.check("real kernels")["summary"]
     assert "the reference target's gated DeltaNet layers (FLA's kernels) need a CUDA GPU" in summary

@@ -33,12 +33,12 @@ def _ground_truth(case: Case) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=[c.id for c in CPU_CASES])
-def test_trace_attention_is_right_on_every_dimension(case: Case, cli):
+def test_trace_attention_is_right_on_every_dimension(case: Case, cli_here):
     """Verdict, dense sites, cause, fix and the user's line, each against the case's truth; the dense
     kernels the profiler counted in a process of its own are every one charged to a row."""
     truth = _ground_truth(case)
     args = ("--", *case.args) if case.args else ()
-    run = cli("trace-attention", "--script", str(CASES_DIR / case.script), *args)
+    run = cli_here("trace-attention", "--script", str(CASES_DIR / case.script), *args)
     scored = score(case, run.code, run.report)
     assert all(scored.values()), (scored, run.stdout[-3000:], run.stderr[-2000:])
     rows = flex_rows(run.report)
@@ -59,10 +59,10 @@ RUN_CASES = [c for c in CASES if c.script == "hf_llama_compiled.py"]
 
 
 @pytest.mark.parametrize("case", RUN_CASES, ids=[c.id for c in RUN_CASES])
-def test_run_gives_one_row_per_layer_with_the_same_cause(case: Case, cli):
+def test_run_gives_one_row_per_layer_with_the_same_cause(case: Case, cli_here):
     """Under `run` transformers binds the recorder's stand-in, so a compiled layer is seen by two
     recorders; the process section still lists each layer once, dense layers never fused."""
-    run = cli("run", "--", sys.executable, str(CASES_DIR / case.script), *case.args)
+    run = cli_here("run", "--", sys.executable, str(CASES_DIR / case.script), *case.args)
     assert run.code == (1 if case.dense_layers else 0), run.stdout + run.stderr
     (process,) = [r for r in run.report["results"] if r["probe"] != "run"]
     rows = [row for row in process["measurements"]["call_sites"] if row["impl"] == "flex_attention"]
@@ -76,11 +76,11 @@ def test_run_gives_one_row_per_layer_with_the_same_cause(case: Case, cli):
     assert sorted(note["evidence"]["modules"]) == sorted(LLAMA_LAYERS)
 
 
-def test_check_compile_blames_static_shapes_not_python_numbers_on_the_packed_wrapper(cli):
+def test_check_compile_blames_static_shapes_not_python_numbers_on_the_packed_wrapper(cli_here):
     """check-compile on the torchtune 0.6.1-style wrapper (compiled with dynamic=False) at varying
     lengths: the fix is the static shapes, not "capture Python numbers as tensors"."""
     target = f"{CASES_DIR / 'packed_static.py'}:compile_friendly_flex_attention"
-    run = cli("check-compile", target, "--device", "cpu", "--vary", "5")
+    run = cli_here("check-compile", target, "--device", "cpu", "--vary", "5")
     assert run.code == 1, run.stdout + run.stderr
     (limit,) = run.findings("recompile-limit-fallback")
     assert "size mismatch" in limit["evidence"]["guard"]
@@ -98,7 +98,7 @@ DRAFTER_LAYERS = [f"layers.{i}.self_attn" for i in range(4)]
 
 @pytest.mark.parametrize("command", ["trace-attention", "run"])
 @pytest.mark.parametrize("backend", [None, "aot_eager"], ids=["healthy", "aot_eager"])
-def test_a_drafter_calling_transformers_compiled_flex_itself_is_one_flex_row_per_layer(command, backend, cli):
+def test_a_drafter_calling_transformers_compiled_flex_itself_is_one_flex_row_per_layer(command, backend, cli_here):
     """The SpecForge-style drafter's attention calls transformers' `compile_friendly_flex_attention`
     itself, not through the attention interface: each layer is one flex row at the drafter's line,
     fused through transformers' singleton; compiled whole with aot_eager, every layer dense with the
@@ -113,10 +113,10 @@ def test_a_drafter_calling_transformers_compiled_flex_itself_is_one_flex_row_per
     assert truth.returncode == 0, truth.stderr[-2000:]
     dense_forwards = json.loads(truth.stdout.strip().splitlines()[-1])["dense_forwards"]
     if command == "run":
-        run = cli("run", "--", sys.executable, str(HELD_OUT_DRAFTER), *args)
+        run = cli_here("run", "--", sys.executable, str(HELD_OUT_DRAFTER), *args)
         (result,) = [r for r in run.report["results"] if r["probe"] != "run"]
     else:
-        run = cli("trace-attention", "--script", str(HELD_OUT_DRAFTER), "--", *args)
+        run = cli_here("trace-attention", "--script", str(HELD_OUT_DRAFTER), "--", *args)
         (result,) = run.report["results"]
     assert run.code == (1 if backend else 0), run.stdout + run.stderr
     rows = [r for r in result["measurements"]["call_sites"] if r["impl"] == "flex_attention"]

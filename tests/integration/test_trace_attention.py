@@ -23,8 +23,8 @@ SITE_FIELDS = {
 }
 
 
-def test_qwen27b_lists_every_layer_and_says_it_cannot_use_flex(cli):
-    run = cli("trace-attention", "--model", "qwen27b", "--device", "cpu")
+def test_qwen27b_lists_every_layer_and_says_it_cannot_use_flex(cli_here):
+    run = cli_here("trace-attention", "--model", "qwen27b", "--device", "cpu")
     assert run.code == 0, run.stdout + run.stderr
     measurements = run.report["results"][0]["measurements"]
     layers = measurements["layers"]
@@ -50,10 +50,10 @@ def _layers_by_kind(layers: list[dict]) -> list[str]:
 
 
 @pytest.mark.skipif(not _fla_installed(), reason="needs fla-core (the fla extra)")
-def test_qwen27b_on_a_cpu_with_fla_installed(cli):
+def test_qwen27b_on_a_cpu_with_fla_installed(cli_here):
     """transformers binds FLA's kernels whenever FLA imports; on a CPU they cannot run. The trace runs
     those layers on transformers' torch fallback, says so, and lists every layer with what it ran."""
-    run = cli("trace-attention", "--model", "qwen27b")
+    run = cli_here("trace-attention", "--model", "qwen27b")
     assert run.code == 0, run.stdout + run.stderr
     layers = run.report["results"][0]["measurements"]["layers"]
     assert _layers_by_kind(layers) == ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + [
@@ -72,12 +72,12 @@ def test_qwen27b_on_a_cpu_with_fla_installed(cli):
     assert run.findings("flex-unsupported-model") and not run.findings("target-raised")
 
 
-def test_a_frozen_target_is_traced_forward_only_unless_backward_is_asked(cli):
-    run = cli("trace-attention", "--model", "qwen27b")
+def test_a_frozen_target_is_traced_forward_only_unless_backward_is_asked(cli_here):
+    run = cli_here("trace-attention", "--model", "qwen27b")
     assert run.code == 0, run.stdout + run.stderr
     assert run.report["results"][0]["measurements"]["backward"] is False
     assert "forward only (a frozen target: as in DFlash training)" in run.check("model")["summary"]
-    asked = cli("trace-attention", "--model", "qwen27b", "--backward")
+    asked = cli_here("trace-attention", "--model", "qwen27b", "--backward")
     assert asked.code == 0, asked.stdout + asked.stderr
     assert asked.report["results"][0]["measurements"]["backward"] is True
 
@@ -85,7 +85,7 @@ def test_a_frozen_target_is_traced_forward_only_unless_backward_is_asked(cli):
 _TAIL = ("linear_attention", "full_attention")
 
 
-def test_a_model_step_that_raises_mid_way_still_lists_every_layer(cli, tmp_path):
+def test_a_model_step_that_raises_mid_way_still_lists_every_layer(cli_here, tmp_path):
     """A real model whose third layer fails (a linear-attention layer with a convolution of width 0):
     the two layers before it ran, and every layer is still in the table, as configured."""
     preset = PRESETS["qwen27b"]
@@ -96,7 +96,7 @@ def test_a_model_step_that_raises_mid_way_still_lists_every_layer(cli, tmp_path)
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    run = cli("trace-attention", "--model", str(path))
+    run = cli_here("trace-attention", "--model", str(path))
     assert run.code == 1 and run.findings("target-raised")
     layers = run.report["results"][0]["measurements"]["layers"]
     assert [layer["module"] for layer in layers] == [
@@ -111,8 +111,8 @@ def test_a_model_step_that_raises_mid_way_still_lists_every_layer(cli, tmp_path)
     assert "2 ran before the step stopped" in run.check("layers")["summary"]
 
 
-def test_flex_capable_model_shows_hf_flex_sites_fused(cli):
-    run = cli("trace-attention", "--model", "qwen3", "--device", "cpu")
+def test_flex_capable_model_shows_hf_flex_sites_fused(cli_here):
+    run = cli_here("trace-attention", "--model", "qwen3", "--device", "cpu")
     assert run.code == 0, run.stdout + run.stderr
     sites = run.report["results"][0]["measurements"]["call_sites"]
     assert [s["module"] for s in sites] == [f"model.layers.{i}.self_attn" for i in range(4)]
@@ -125,15 +125,15 @@ def test_flex_capable_model_shows_hf_flex_sites_fused(cli):
     assert "repeat-kv-expansion" not in run.codes()  # 16 query heads: a power of two
 
 
-def test_dynamo_disabled_makes_hf_flex_dense_per_module(cli):
-    run = cli("trace-attention", "--model", "qwen3", "--device", "cpu", env={"TORCHDYNAMO_DISABLE": "1"})
+def test_dynamo_disabled_makes_hf_flex_dense_per_module(cli_here):
+    run = cli_here("trace-attention", "--model", "qwen3", "--device", "cpu", env={"TORCHDYNAMO_DISABLE": "1"})
     assert run.code == 1
     dense = run.findings("dense-forward")
     assert [f["where"]["module"] for f in dense] == [f"model.layers.{i}.self_attn" for i in range(4)]
     assert run.check("flex calls")["status"] == "fail"
 
 
-def test_non_power_of_two_heads_repeat_kv(cli, tmp_path):
+def test_non_power_of_two_heads_repeat_kv(cli_here, tmp_path):
     config = {
         "model_type": "qwen3",
         "hidden_size": 96,
@@ -146,7 +146,7 @@ def test_non_power_of_two_heads_repeat_kv(cli, tmp_path):
     }
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text(json.dumps(config))
-    run = cli("trace-attention", "--model", str(tmp_path / "model"), "--device", "cpu")
+    run = cli_here("trace-attention", "--model", str(tmp_path / "model"), "--device", "cpu")
     assert run.code == 0, run.stdout + run.stderr
     (repeat,) = run.findings("repeat-kv-expansion")
     assert "3x" in repeat["title"] and repeat["evidence"]["modules"] == [
@@ -162,17 +162,17 @@ def test_non_power_of_two_heads_repeat_kv(cli, tmp_path):
         ("missing/config.json", "cannot read model config missing/config.json"),
     ],
 )
-def test_bad_model_exits_2(cli, model, message):
-    run = cli("trace-attention", "--model", model)
+def test_bad_model_exits_2(cli_here, model, message):
+    run = cli_here("trace-attention", "--model", model)
     assert run.code == 2
     assert message in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
 
 
-def test_invalid_config_json_exits_2(cli, tmp_path):
+def test_invalid_config_json_exits_2(cli_here, tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text("{not json")
-    run = cli("trace-attention", "--model", str(bad))
+    run = cli_here("trace-attention", "--model", str(bad))
     assert run.code == 2
     assert "is not valid JSON: line 1" in run.stderr
 
@@ -185,8 +185,8 @@ def _sites(run) -> dict[str, dict]:
     return {s["module"]: s for s in run.report["results"][0]["measurements"]["call_sites"]}
 
 
-def test_script_shows_hf_path_and_own_wrapper_as_separate_sites(cli):
-    run = cli("trace-attention", "--script", str(SCRIPT))
+def test_script_shows_hf_path_and_own_wrapper_as_separate_sites(cli_here):
+    run = cli_here("trace-attention", "--script", str(SCRIPT))
     assert run.code == 0, run.stdout + run.stderr
     sites = _sites(run)
     assert sorted(sites) == sorted([*HF_SITES, "attn"])
@@ -200,32 +200,32 @@ def test_script_shows_hf_path_and_own_wrapper_as_separate_sites(cli):
     assert "user compiled wrapper" in own["via"]
 
 
-def test_expect_wrapper_names_the_modules_that_bypass_it(cli):
-    run = cli("trace-attention", "--script", str(SCRIPT), "--expect-wrapper", f"{SCRIPT}:compiled_flex")
+def test_expect_wrapper_names_the_modules_that_bypass_it(cli_here):
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--expect-wrapper", f"{SCRIPT}:compiled_flex")
     assert run.code == 1
     (bypass,) = run.findings("bypasses-wrapper")
     assert sorted(s["module"] for s in bypass["evidence"]["sites"]) == HF_SITES
     assert run.check("expected wrapper")["summary"].startswith("1 of 3 flex sites")
 
 
-def test_raw_call_in_script_is_dense_at_its_line(cli):
-    run = cli("trace-attention", "--script", str(SCRIPT), "--", "--raw")
+def test_raw_call_in_script_is_dense_at_its_line(cli_here):
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--", "--raw")
     assert run.code == 1
     (dense,) = run.findings("dense-forward")
     assert dense["where"]["module"] == "attn" and dense["where"]["file"] == str(SCRIPT)
     assert _sites(run)["attn"]["via"] == "raw flex_attention (not compiled)"
 
 
-def test_script_that_raises_keeps_the_sites_seen(cli):
-    run = cli("trace-attention", "--script", str(SCRIPT), "--", "--fail")
+def test_script_that_raises_keeps_the_sites_seen(cli_here):
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--", "--fail")
     assert run.code == 1
     (raised,) = run.findings("target-raised")
     assert "loss went NaN" in raised["detail"] and "Traceback" in raised["evidence"]["traceback"]
     assert len(_sites(run)) == 3
 
 
-def test_missing_script_exits_2(cli):
-    run = cli("trace-attention", "--script", "no_such_script.py")
+def test_missing_script_exits_2(cli_here):
+    run = cli_here("trace-attention", "--script", "no_such_script.py")
     assert run.code == 2
     assert run.stderr.strip() == "dflashdoctor: no such script: no_such_script.py"
 
@@ -238,8 +238,8 @@ def _drafter_sites(run) -> list[dict]:
     return [s for s in run.report["results"][0]["measurements"]["call_sites"] if s["module"] in DRAFTER_SITES]
 
 
-def test_drafter_step_runs_every_flex_call_through_the_user_wrapper(cli):
-    run = cli("trace-attention", "--model", "qwen27b", "--drafter", "--expect-wrapper", DRAFTER_WRAPPER)
+def test_drafter_step_runs_every_flex_call_through_the_user_wrapper(cli_here):
+    run = cli_here("trace-attention", "--model", "qwen27b", "--drafter", "--expect-wrapper", DRAFTER_WRAPPER)
     assert run.code == 0, run.stdout + run.stderr
     sites = _drafter_sites(run)
     assert [s["module"] for s in sites] == DRAFTER_SITES
@@ -251,10 +251,10 @@ def test_drafter_step_runs_every_flex_call_through_the_user_wrapper(cli):
     assert "flex-unsupported-model" in run.codes()  # the target still cannot use flex
 
 
-def test_drafter_on_hf_flex_path_bypasses_the_wrapper(cli):
+def test_drafter_on_hf_flex_path_bypasses_the_wrapper(cli_here):
     # Drafter alone: transformers is imported for this fault only, and must be bound before the
     # flex recorder all the same.
-    run = cli(
+    run = cli_here(
         "trace-attention",
         "--drafter",
         "--drafter-fault",
@@ -268,16 +268,16 @@ def test_drafter_on_hf_flex_path_bypasses_the_wrapper(cli):
     assert all("HF's compiled singleton" in s["via"] for s in bypass["evidence"]["sites"])
 
 
-def test_drafter_eager_wrapper_is_dense_despite_compile(cli):
-    run = cli("trace-attention", "--model", "qwen27b", "--drafter", "--drafter-fault", "eager-wrapper")
+def test_drafter_eager_wrapper_is_dense_despite_compile(cli_here):
+    run = cli_here("trace-attention", "--model", "qwen27b", "--drafter", "--drafter-fault", "eager-wrapper")
     assert run.code == 1
     dense = run.findings("dense-forward")
     assert [f["where"]["module"] for f in dense] == DRAFTER_SITES
     assert all(s["verdict"] == "dense despite compile" and "backend eager" in s["via"] for s in _drafter_sites(run))
 
 
-def test_drafter_fault_needs_drafter(cli):
-    run = cli("trace-attention", "--drafter-fault", "eager-wrapper")
+def test_drafter_fault_needs_drafter(cli_here):
+    run = cli_here("trace-attention", "--drafter-fault", "eager-wrapper")
     assert run.code == 2
     assert run.stderr.strip() == "dflashdoctor: --drafter-fault needs --drafter"
 
@@ -285,8 +285,8 @@ def test_drafter_fault_needs_drafter(cli):
 BLOCK_SCRIPT = TARGETS / "compiled_block_script.py"
 
 
-def test_call_inside_a_compiled_module_is_a_site_and_adds_no_graph_break(cli):
-    run = cli("trace-attention", "--script", str(BLOCK_SCRIPT))
+def test_call_inside_a_compiled_module_is_a_site_and_adds_no_graph_break(cli_here):
+    run = cli_here("trace-attention", "--script", str(BLOCK_SCRIPT))
     assert run.code == 0, run.stdout + run.stderr
     assert run.report["results"][0]["measurements"]["graph_breaks"] == 0
     assert run.check("graph breaks")["status"] == "pass"
@@ -297,8 +297,8 @@ def test_call_inside_a_compiled_module_is_a_site_and_adds_no_graph_break(cli):
     assert site["q_shape"] == [1, 2, 64, 16]
 
 
-def test_outer_region_with_eager_backend_is_dense_at_the_call_inside(cli):
-    run = cli("trace-attention", "--script", str(BLOCK_SCRIPT), "--", "--eager-backend")
+def test_outer_region_with_eager_backend_is_dense_at_the_call_inside(cli_here):
+    run = cli_here("trace-attention", "--script", str(BLOCK_SCRIPT), "--", "--eager-backend")
     assert run.code == 1
     (dense,) = run.findings("dense-forward")
     assert (dense["where"]["module"], dense["where"]["line"]) == ("Block", 16)
@@ -308,8 +308,8 @@ def test_outer_region_with_eager_backend_is_dense_at_the_call_inside(cli):
     assert dense["evidence"]["dense_forward"] == 2  # two calls at run time, one graph
 
 
-def test_calls_inside_compiled_models_keep_their_module_names(cli):
-    run = cli("trace-attention", "--script", str(SCRIPT), "--", "--compile-models")
+def test_calls_inside_compiled_models_keep_their_module_names(cli_here):
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--", "--compile-models")
     assert run.code == 0, run.stdout + run.stderr
     sites = _sites(run)
     assert sorted(sites) == sorted([*HF_SITES, "attn"])  # no `_orig_mod.` from torch.compile's wrapper
@@ -332,20 +332,20 @@ def test_calls_inside_compiled_models_keep_their_module_names(cli):
         (["--expect-wrapper", "nocolon"], "--expect-wrapper 'nocolon' is not of the form module:attr or file.py:attr"),
     ],
 )
-def test_bad_options_exit_2(cli, args, message):
-    run = cli("trace-attention", *args)
+def test_bad_options_exit_2(cli_here, args, message):
+    run = cli_here("trace-attention", *args)
     assert run.code == 2
     assert run.stderr.strip() == f"dflashdoctor: {message}"
 
 
-def test_an_fla_that_does_not_load_is_named_and_the_layers_fall_back(cli, tmp_path):
+def test_an_fla_that_does_not_load_is_named_and_the_layers_fall_back(cli_here, tmp_path):
     """A broken FLA install (its utils fail to import, as with a triton built for another CUDA): the
     trace still runs every layer, on transformers' torch code, and says why FLA's kernels did not."""
     package = tmp_path / "site" / "fla"
     (package / "utils").mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "utils" / "__init__.py").write_text('raise ImportError("libtriton.so: cannot open shared object")\n')
-    run = cli("trace-attention", "--model", "qwen27b", env={"PYTHONPATH": str(tmp_path / "site")})
+    run = cli_here("trace-attention", "--model", "qwen27b", env={"PYTHONPATH": str(tmp_path / "site")})
     assert run.code == 0, run.stdout + run.stderr
     layers = run.report["results"][0]["measurements"]["layers"]
     assert {layer["impl"] for layer in layers if layer["kind"] == "linear_attention"} == {"torch fallback"}
@@ -354,7 +354,7 @@ def test_an_fla_that_does_not_load_is_named_and_the_layers_fall_back(cli, tmp_pa
     assert "Repair the FLA install" in unavailable["fix"]
 
 
-def test_a_script_in_another_declared_encoding_is_traced_and_its_line_quoted(cli, tmp_path):
+def test_a_script_in_another_declared_encoding_is_traced_and_its_line_quoted(cli_here, tmp_path):
     """`# -*- coding: latin-1 -*-` is Python: the probe reads the script as bytes, as the interpreter
     does (it opened it as UTF-8 and crashed), and the fix quotes the compile line as written."""
     script = tmp_path / "latin.py"
@@ -369,7 +369,7 @@ def test_a_script_in_another_declared_encoding_is_traced_and_its_line_quoted(cli
         b"with torch.no_grad():\n"
         b"    m(torch.randn(1, 2, 128, 16))\n"
     )
-    run = cli("trace-attention", "--script", str(script))
+    run = cli_here("trace-attention", "--script", str(script))
     assert run.code == 1, run.stdout + run.stderr
     (found,) = run.findings("dense-forward")
     assert "# caf\u00e9" in found["fix"] and "backend='aot_eager'" in found["fix"]

@@ -117,8 +117,8 @@ def test_on_a_cpu_with_fla_installed_a_script_gets_the_diagnosis_of_a_preset(tra
 
 
 @fla_cannot_run
-def test_a_script_that_imports_fla_itself_is_told_what_happened(cli):
-    run = cli("trace-attention", "--script", str(SCRIPT), "--", "--fla-ops")
+def test_a_script_that_imports_fla_itself_is_told_what_happened(cli_here):
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--", "--fla-ops")
     assert run.code == 0, run.stdout + run.stderr
     assert not run.findings("target-raised")
     (stopped,) = run.findings("kernel-unavailable")
@@ -129,9 +129,9 @@ def test_a_script_that_imports_fla_itself_is_told_what_happened(cli):
     assert run.check("script")["status"] == "warn"
 
 
-def test_a_compiled_hybrid_lists_its_layers_inside_the_graph_and_adds_no_graph_break(cli):
+def test_a_compiled_hybrid_lists_its_layers_inside_the_graph_and_adds_no_graph_break(cli_here):
     truth = _truth("--compile", "aot_eager")
-    run = cli("trace-attention", "--script", str(SCRIPT), "--", "--compile", "aot_eager")
+    run = cli_here("trace-attention", "--script", str(SCRIPT), "--", "--compile", "aot_eager")
     assert run.code == 0, run.stdout + run.stderr
     layers = _measurements(run)["script_layers"]
     assert [layer["module"] for layer in layers] == _layer_modules(truth)

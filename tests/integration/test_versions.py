@@ -14,15 +14,15 @@ import pytest
 from packaging.requirements import Requirement
 
 
-def test_this_stack_is_listed_and_each_requirement_checked(cli):
-    run = cli("versions")
+def test_this_stack_is_listed_and_each_requirement_checked(cli_here):
+    run = cli_here("versions")
     assert run.code == 0, run.stdout + run.stderr
     (section,) = run.report["results"]
     assert section["measurements"]["packages"]["torch"] == metadata.version("torch")
     assert section["checks"][0]["name"] == "requirements"
 
 
-def test_a_venvs_own_setuptools_below_torchs_requirement_is_named(cli, tmp_path):
+def test_a_venvs_own_setuptools_below_torchs_requirement_is_named(cli_here, tmp_path):
     """Ground truth from the metadata, independently: torch's setuptools requirement against the
     setuptools the new environment seeded."""
     venv = tmp_path / "venv"
@@ -35,7 +35,7 @@ def test_a_venvs_own_setuptools_below_torchs_requirement_is_named(cli, tmp_path)
         check=True,
     ).stdout.strip()
     wanted = next(Requirement(r) for r in metadata.requires("torch") or [] if r.startswith("setuptools"))
-    run = cli("versions", "--python", python)
+    run = cli_here("versions", "--python", python)
     assert run.code == 0, run.stdout + run.stderr
     unmet = {f["evidence"]["name"]: f for f in run.findings("requirement-unmet")}
     if wanted.specifier.contains(seeded):
@@ -60,12 +60,12 @@ def _headers(name: str, version: bytes, *lines: bytes) -> bytes:
     return b"Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name.encode(), version) + b"".join(lines)
 
 
-def test_a_package_whose_metadata_is_not_utf8_is_named_not_a_crashed_probe(cli, tmp_path):
+def test_a_package_whose_metadata_is_not_utf8_is_named_not_a_crashed_probe(cli_here, tmp_path):
     """importlib.metadata raised UnicodeDecodeError from the probe: exit 3, probe-crashed. pip reads
     the same file, so the install is damaged: a finding that names it (and fla-core's requirement on
     it is left unchecked, not called unmet)."""
     env = _site_with(tmp_path, "einops", "0.8.2", _headers("einops", b"0.8.2", b"Summary: caf\xe9 \xff\n"))
-    run = cli("versions", env=env)
+    run = cli_here("versions", env=env)
     assert run.code == 0, run.stdout + run.stderr
     (found,) = run.findings("package-metadata-unreadable")
     assert found["title"].startswith("einops's installed metadata cannot be read: UnicodeDecodeError")
@@ -82,12 +82,12 @@ def test_a_package_whose_metadata_is_not_utf8_is_named_not_a_crashed_probe(cli, 
     ],
     ids=["5000-digit-version", "5000-digit-marker", "nul"],
 )
-def test_a_requirement_packaging_cannot_compare_is_listed_unchecked(cli, tmp_path, lines):
+def test_a_requirement_packaging_cannot_compare_is_listed_unchecked(cli_here, tmp_path, lines):
     """A version of 5,000 digits made packaging raise ValueError in the probe (exit 3). Such a
     requirement is one pip could not compare either: it is listed, unchecked, as one packaging calls
     invalid always was; the rest of the stack is still checked."""
     env = _site_with(tmp_path, "kernels", "0.19.1", _headers("kernels", b"0.19.1", *lines))
-    run = cli("versions", env=env)
+    run = cli_here("versions", env=env)
     assert run.code == 0 and "Traceback" not in run.stderr, run.stdout + run.stderr
     (section,) = run.report["results"]
     kernels = next(row for row in section["tables"][0]["rows"] if row[0] == "kernels")
