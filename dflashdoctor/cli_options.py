@@ -128,12 +128,12 @@ def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
 
 def _annotated(hint: Any, option: CliOption) -> Any:
     """The field's type as Typer reads it: a list argument may be left out (None)."""
-    parser = {"parser": path_given} if _names_a_path(hint) else {}
+    parser = path_given if _names_a_path(hint) else None  # None: Typer's own, by the type
     if option.argument:
         kind = hint | None if typing.get_origin(hint) is list else hint
-        return Annotated[kind, typer.Argument(help=option.help, **parser)]
+        return Annotated[kind, typer.Argument(help=option.help, parser=parser)]
     flags = (option.flag,) if option.flag else ()
-    return Annotated[hint, typer.Option(*flags, help=option.help, **parser)]
+    return Annotated[hint, typer.Option(*flags, help=option.help, parser=parser)]
 
 
 def _default(item: Field[Any]) -> Any:

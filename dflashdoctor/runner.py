@@ -276,6 +276,7 @@ def _start(
     name, value = marker.split("=", 1)
     host = current_host(python) if forkable and set(env) <= READ_WHEN_USED else None
     hosted_env = {**probe_env(python), **env, name: value}
+    child: subprocess.Popen[bytes] | HostedChild | None
     child = host.start(argv[1:], hosted_env, work / "stdout", work / "stderr") if host else None
     if child is None:
         child = subprocess.Popen(

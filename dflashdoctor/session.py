@@ -189,7 +189,8 @@ def _judged(run: ProbeRun, spec: ProbeSpec, payload: dict[str, Any] | None, budg
         # strict: the probe is this version's own (the runner sends it), so a key it wrote that the
         # judge does not know, or one missing, is our bug, said as one, never judged on a default
         # from a copy: what a judge does to its records must not change what the report keeps
-        observations = load(spec.observations, copy.deepcopy(payload), strict=True)
+        # the spec's class, which only its judge knows
+        observations: object = load(spec.observations, copy.deepcopy(payload), strict=True)
     except ObservationsError as exc:  # the probe wrote something its judge cannot read: our bug
         return [probe_error_result(run, {"probe_error": f"unreadable observations: {exc}"})]
     results = spec.judge(observations, budgets)

@@ -23,7 +23,7 @@ from dflashdoctor.agent.post_import import when_imported
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch
 from dflashdoctor.hooks.flex_dense import DenseEvent, DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
-from dflashdoctor.observations import RunSnapshot, dump, not_written
+from dflashdoctor.observations import GraphBreakSite, RunSnapshot, dump, not_written
 from dflashdoctor.records import TracedScript
 
 if TYPE_CHECKING:
@@ -201,9 +201,10 @@ class TorchInstruments:
         repeats: a line written alone between two dense kernels, whose work leaves the caches cold,
         cost 50-80 us on the 2-core dev CPU, one of many written together 12 us."""
         self.dense_seen += 1
+        site = event.site
+        file, line = (site.get("file"), site.get("line")) if site else (None, None)
         if self.dense_seen <= _DENSE_LOGGED:
-            site = event.site or {}
-            key = (event.kind, site.get("file"), site.get("line"), event.layer, event.route)
+            key = (event.kind, file, line, event.layer, event.route)
             now = time.time()
             with self._dense_lock:
                 pending = self._dense_pending  # the handler's snapshot may swap the list in the meantime
@@ -217,10 +218,9 @@ class TorchInstruments:
             if due:
                 self._write_dense()
         if self.settings.strict:
-            site = event.site or {}
             raise StrictModeError(
                 f"dflashdoctor run --strict: flex_attention {event.kind} is about to run its dense kernel "
-                f"(called at {site.get('file')}:{site.get('line')}); it is not compiled by Inductor"
+                f"(called at {file}:{line}); it is not compiled by Inductor"
             )
 
     def _write_dense(self) -> None:
@@ -368,7 +368,7 @@ class TorchInstruments:
             traced_script=script,
             compiles=list(watch.records) if watch is not None else [],
             graph_breaks=dict(watch.graph_breaks) if watch is not None else {},
-            graph_break_sites=watch.graph_break_sites if watch is not None else [],
+            graph_break_sites=[GraphBreakSite(**site) for site in watch.graph_break_sites] if watch is not None else [],
             dynamo_disabled=_dynamo_disabled(),
             dense_events=list(self.dense.events)[-_DENSE_LOGGED:],
             dense_events_total=self.dense_seen,

@@ -28,6 +28,7 @@ import torch
 
 from dflashdoctor.autotune import FIXES
 from dflashdoctor.hooks.autotuner_guard import AutotunerGuard, kernel_name
+from dflashdoctor.records import ConcurrentEntryRecord
 from dflashdoctor.redaction import redact_text
 
 _JITTER_S = 0.002
@@ -51,7 +52,7 @@ class Trial:
     threads: int
     errors: list[ThreadError] = field(default_factory=list)
     outputs_equal: bool | None = None  # every finished thread's output equals the single-threaded one
-    concurrent_entries: list[dict[str, Any]] = field(default_factory=list)
+    concurrent_entries: list[ConcurrentEntryRecord] = field(default_factory=list)
     autotuners_entered: list[str] = field(default_factory=list)  # every autotuned kernel the calls reached
     duration_s: float = 0.0
 

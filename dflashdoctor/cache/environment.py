@@ -8,8 +8,8 @@ import shutil
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from dflashdoctor.records import RootFacts
 from dflashdoctor.safe_fs import user_name
 
 # Filesystems where triton's rename-based writes are not safe across clients, or slow (EBUSY and
@@ -67,18 +67,24 @@ def untrusted_root(path: Path) -> str | None:
     return None
 
 
-def inspect_root(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
-    """Facts about a root's place; the judge turns them into findings."""
-    facts: dict[str, Any] = {"untrusted": untrusted_root(path)}
+def inspect_root(path: Path, env: Mapping[str, str], *, relative: bool, empty: bool, source: str) -> RootFacts:
+    """Facts about a root's place, with how it was named; the judge turns them into findings."""
+    untrusted = untrusted_root(path)
     mount = mount_of(path)
+    usage = shutil.disk_usage(path)
+    sizes = {name: env[name] for name in _RANK_VARIABLES if env.get(name, "").isdigit() and int(env[name]) > 1}
+    rank_specific = any(env.get(v, "") and env[v] in path.parts for v in ("RANK", "LOCAL_RANK"))
+    facts: RootFacts = {
+        "untrusted": untrusted,
+        "free_bytes": usage.free,
+        "low_space": usage.free < LOW_FREE_BYTES,
+        "writable": os.access(path, os.W_OK | os.X_OK),
+        "shared_by_ranks": sizes if sizes and not rank_specific else {},
+        "relative": relative,
+        "empty": empty,
+        "source": source,
+    }
     if mount:
         facts["mount_point"], facts["filesystem"] = mount
         facts["network_filesystem"] = mount[1] in NETWORK_FILESYSTEMS
-    usage = shutil.disk_usage(path)
-    facts["free_bytes"] = usage.free
-    facts["low_space"] = usage.free < LOW_FREE_BYTES
-    facts["writable"] = os.access(path, os.W_OK | os.X_OK)
-    sizes = {name: env[name] for name in _RANK_VARIABLES if env.get(name, "").isdigit() and int(env[name]) > 1}
-    rank_specific = any(env.get(v, "") and env[v] in path.parts for v in ("RANK", "LOCAL_RANK"))
-    facts["shared_by_ranks"] = sizes if sizes and not rank_specific else {}
     return facts

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from dflashdoctor.cache.inventory import FileRecord
 from dflashdoctor.safe_fs import is_plain_name
@@ -53,11 +53,11 @@ def shown(value: Any) -> str:
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
-def _is_absolute_normal(path: Any) -> bool:
+def _is_absolute_normal(path: object) -> TypeGuard[str]:
     return isinstance(path, str) and "\0" not in path and path.startswith("/") and os.path.normpath(path) == path
 
 
-def _names_below(path: Any, top: str) -> tuple[str, ...] | None:
+def _names_below(path: str, top: str) -> tuple[str, ...] | None:
     """`path`'s names below the folder `top` (both absolute), or None when it is not strictly below."""
     if not _is_absolute_normal(path):
         return None
@@ -91,8 +91,7 @@ def _entry(index: int, raw: Any, root: str) -> ManifestEntry | str:
     if not isinstance(raw, dict):
         return f"it is {type(raw).__name__}, not an object"
     original, stored, files = raw.get("original"), raw.get("stored"), raw.get("files")
-    below_root = _names_below(original, root)
-    if below_root is None:
+    if not isinstance(original, str) or (below_root := _names_below(original, root)) is None:
         return f"original {shown(original)} is not a path inside the root {root}"
     stored_names = _stored_names(stored)
     if stored_names is None:

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from dflashdoctor.cache import manifest as manifests
 from dflashdoctor.cache.inventory import inventory
@@ -94,17 +93,21 @@ def _outermost(problems: list[Problem]) -> list[Problem]:
 
 
 @contextlib.contextmanager
-def _parent(base_fd: int, names: tuple[str, ...], **walk: Any) -> Iterator[int | None]:
-    """The folder holding the last of `names`, or None when a folder on the way is missing (never
-    None when `walk` creates the missing ones)."""
+def _parent(base_fd: int, names: tuple[str, ...], *, private: bool = False) -> Iterator[int | None]:
+    """The folder holding the last of `names`, or None when a folder on the way is missing."""
     try:
-        fd = descend(base_fd, names[:-1], **walk)
+        fd = descend(base_fd, names[:-1], private=private)
     except FileNotFoundError:
-        if "create" in walk:
-            raise
         yield None
         return
     with closing(fd):
+        yield fd
+
+
+@contextlib.contextmanager
+def _made_parent(base_fd: int, names: tuple[str, ...], *, create: int, private: bool = False) -> Iterator[int]:
+    """The folder holding the last of `names`, the missing folders on the way made with mode `create`."""
+    with closing(descend(base_fd, names[:-1], create=create, private=private)) as fd:
         yield fd
 
 
@@ -327,7 +330,8 @@ class QuarantineHome:
         chosen = _outermost([p for p in problems if p.entry in below and is_cache_entry(kind, below[p.entry])])
         if not chosen:
             return None
-        entries, unreadable = [], []
+        entries: list[ManifestEntry] = []
+        unreadable: list[EntryOutcome] = []
         for problem in chosen:
             below_root = below[problem.entry]
             try:
@@ -382,7 +386,7 @@ class QuarantineHome:
         try:
             with (
                 _parent(self.root_fd, original) as source,
-                _parent(folder_fd, stored, create=PRIVATE_FOLDER, private=True) as target,
+                _made_parent(folder_fd, stored, create=PRIVATE_FOLDER, private=True) as target,
             ):
                 at_original = source is not None and exists_in(source, original[-1])
                 if exists_in(target, stored[-1]):
@@ -433,7 +437,7 @@ class QuarantineHome:
                     if at_original:
                         return EntryOutcome(entry.original, "in-place", "not in quarantine: never moved, or back")
                     return EntryOutcome(entry.original, "missing", "neither in quarantine nor at its place")
-                with _parent(self.root_fd, original, create=0o777) as target:
+                with _made_parent(self.root_fd, original, create=0o777) as target:
                     if exists_in(target, original[-1]):
                         kept = "the original path exists again (rebuilt since); both kept"
                         return EntryOutcome(entry.original, "conflict", kept)

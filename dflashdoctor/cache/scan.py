@@ -58,13 +58,7 @@ def scan_root(root: CacheRoot, triton_version: str | None) -> tuple[RootScan, Ro
         scan = scan_triton(root.path, root.source, triton_version)
     else:
         scan = scan_inductor(root.path, root.source)
-    facts: RootFacts = {
-        **inspect_root(root.path, os.environ),
-        "relative": root.relative,
-        "empty": root.empty,
-        "source": root.source,
-    }
-    return scan, facts
+    return scan, inspect_root(root.path, os.environ, relative=root.relative, empty=root.empty, source=root.source)
 
 
 def scan_roots(

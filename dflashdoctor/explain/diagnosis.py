@@ -62,8 +62,10 @@ class Diagnosis:
         # names from the log are another's text: quoted, a command copied from here runs only itself
         frame = self.path.user_frame
         script = shlex.quote(frame.path) if frame is not None and frame.path.endswith(".py") else "YOUR_STEP.py"
-        named = frame is not None and frame.function not in ("?", "<module>")
-        target = shlex.quote(f"{frame.path}:{frame.function}") if named else "MODULE:WRAPPER"
+        if frame is not None and frame.function not in ("?", "<module>"):
+            target = shlex.quote(f"{frame.path}:{frame.function}")
+        else:
+            target = "MODULE:WRAPPER"
         root = damaged_cache_root(self.reading)
         cache = f" --{root[0]}-dir {shlex.quote(root[1])}" if root else ""
         return self.found.confirm.format(script=script, target=target, cache=cache)

@@ -247,10 +247,10 @@ class Reader:
             if len(current.frames) > MAX_FRAMES:
                 del current.frames[0]
             return
-        named = _FRAME_DYNAMO.search(text) if "function '" in text else None
-        if named is not None:  # a frame of its own, dynamo's word for where it stopped
-            frame = Frame(named.group(2), int(named.group(3)), named.group(1))
-            self._close(Traceback(rank, number, [frame], stripped[:500]))
+        dynamo = _FRAME_DYNAMO.search(text) if "function '" in text else None
+        if dynamo is not None:  # a frame of its own, dynamo's word for where it stopped
+            stopped = Frame(dynamo.group(2), int(dynamo.group(3)), dynamo.group(1))
+            self._close(Traceback(rank, number, [stopped], stripped[:500]))
         exception = _EXCEPTION.search(stripped) if any(word in stripped for word in _EXCEPTION_WORDS) else None
         if exception is not None:
             self._exception(rank, number, stripped)

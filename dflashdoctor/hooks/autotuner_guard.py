@@ -30,8 +30,10 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
+
+from dflashdoctor.records import ConcurrentEntryRecord
 
 _STACK_LIMIT = 12
 
@@ -46,8 +48,14 @@ class ConcurrentEntry:
     cold: list[bool | None]  # is each call's key still uncached at the overlap (tuning)? None: unknown
     serialized: bool  # the entering thread then waited for the lock instead of overlapping
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> ConcurrentEntryRecord:
+        return {
+            "kernel": self.kernel,
+            "threads": list(self.threads),
+            "stacks": [list(stack) for stack in self.stacks],
+            "cold": list(self.cold),
+            "serialized": self.serialized,
+        }
 
 
 class _Inside:

@@ -9,6 +9,7 @@ from typing import Any
 
 from dflashdoctor.hooks.dynamo_skip import skip_tree
 from dflashdoctor.hooks.flex_dense import DenseEvent
+from dflashdoctor.records import SourceSite
 
 
 @functools.lru_cache(maxsize=64)
@@ -87,17 +88,23 @@ class CallStats:
         if query is not None and key is not None:
             (self.q_shape, self.dtype), self.kv_shape = query, key[0]
 
-    def charge_backward(self, event: DenseEvent) -> dict[str, Any]:
+    def charge_backward(self, event: DenseEvent) -> SourceSite:
         self.dense_backward += 1
         return self._charge(event)
 
-    def _charge(self, event: DenseEvent) -> dict[str, Any]:
+    def _charge(self, event: DenseEvent) -> SourceSite:
         """Take the event's cost; return where this site is, for the event to carry."""
         self.score_matrix_bytes = max(self.score_matrix_bytes, event.score_matrix_bytes)
         if event.peak_bytes is not None:
             field_name = f"dense_{event.kind}_peak_bytes"
             setattr(self, field_name, max(getattr(self, field_name) or 0, event.peak_bytes))
-        return {key: getattr(self, key, None) for key in ("file", "line", "function", "module")}
+        # the subclass's fields where it has them (a site without a file has none)
+        return SourceSite(
+            file=getattr(self, "file", None),
+            line=getattr(self, "line", None),
+            function=getattr(self, "function", None),
+            module=getattr(self, "module", None),
+        )
 
 
 skip_tree(CallStats.observe)  # bookkeeping, called from stand-ins' frames (dynamo_skip.py says why)

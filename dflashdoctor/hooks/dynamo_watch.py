@@ -20,23 +20,9 @@ import re
 import sys
 from typing import Any
 
+from dflashdoctor.records import CompileRecord
 from dflashdoctor.redaction import redact_text
 
-_FIELDS = (
-    "compile_id",
-    "co_name",
-    "co_filename",
-    "co_firstlineno",
-    "recompile_reason",
-    "fail_type",
-    "fail_reason",
-    "fail_user_frame_filename",
-    "fail_user_frame_lineno",
-    "entire_frame_compile_time_s",
-    "num_graph_breaks",
-    "inductor_fx_local_cache_hit_count",
-    "inductor_fx_local_cache_miss_count",
-)
 _TEXT_LIMIT = 2000
 # Text that quotes the user's values: the exception that stopped a compile, a guard that failed
 _USER_TEXT = frozenset({"fail_reason", "recompile_reason"})
@@ -69,17 +55,45 @@ def guard_file(reason: str | None) -> str | None:
     return None
 
 
-def _record(metrics: Any, phase: str) -> dict[str, Any]:
-    record: dict[str, Any] = {"phase": phase}
-    for name in _FIELDS:
-        value = getattr(metrics, name, None)
-        if name in _USER_TEXT and value is not None:  # redacted before the cut, which could halve a secret
-            value = redact_text(str(value))
-        if isinstance(value, str) and len(value) > _TEXT_LIMIT:
-            value = value[:_TEXT_LIMIT]
-        record[name] = value if value is None or isinstance(value, int | float | str) else str(value)
-    record["guard_file"] = guard_file(record["recompile_reason"])
-    return record
+def _text(metrics: Any, name: str) -> str | None:
+    value = getattr(metrics, name, None)
+    if value is None:
+        return None
+    text = redact_text(str(value)) if name in _USER_TEXT else str(value)  # redacted before the cut,
+    return text[:_TEXT_LIMIT]  # which could halve a secret
+
+
+def _int(metrics: Any, name: str) -> int | None:
+    value = getattr(metrics, name, None)
+    return value if isinstance(value, int) else None
+
+
+def _float(metrics: Any, name: str) -> float | None:
+    value = getattr(metrics, name, None)
+    return value if isinstance(value, int | float) else None
+
+
+def _record(metrics: Any, phase: str) -> CompileRecord:
+    """The fields torch's CompilationMetrics has of records.CompileRecord; one missing, or of another
+    type than the record's (a torch that changed it), is None."""
+    recompile_reason = _text(metrics, "recompile_reason")
+    return {
+        "phase": phase,
+        "compile_id": _text(metrics, "compile_id"),
+        "co_name": _text(metrics, "co_name"),
+        "co_filename": _text(metrics, "co_filename"),
+        "co_firstlineno": _int(metrics, "co_firstlineno"),
+        "recompile_reason": recompile_reason,
+        "fail_type": _text(metrics, "fail_type"),
+        "fail_reason": _text(metrics, "fail_reason"),
+        "fail_user_frame_filename": _text(metrics, "fail_user_frame_filename"),
+        "fail_user_frame_lineno": _int(metrics, "fail_user_frame_lineno"),
+        "entire_frame_compile_time_s": _float(metrics, "entire_frame_compile_time_s"),
+        "num_graph_breaks": _int(metrics, "num_graph_breaks"),
+        "inductor_fx_local_cache_hit_count": _int(metrics, "inductor_fx_local_cache_hit_count"),
+        "inductor_fx_local_cache_miss_count": _int(metrics, "inductor_fx_local_cache_miss_count"),
+        "guard_file": guard_file(recompile_reason),
+    }
 
 
 def _frame(summary: Any) -> str | None:
@@ -159,7 +173,7 @@ class DynamoWatch:
     """
 
     def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
+        self.records: list[CompileRecord] = []
         self._before: list[Any] = []
         self.graph_breaks: dict[str, int] = {}
         self.unavailable: str | None = None
@@ -187,15 +201,15 @@ class DynamoWatch:
         groups = self._sites.groups.values() if self._sites is not None else []
         return sorted((dict(g) for g in groups), key=lambda g: -g["count"])
 
-    def earlier(self) -> list[dict[str, Any]]:
+    def earlier(self) -> list[CompileRecord]:
         """The records that were there before this watch began."""
         return [_record(metrics, "before") for metrics in self._before]
 
-    def collect(self, phase: str) -> list[dict[str, Any]]:
+    def collect(self, phase: str) -> list[CompileRecord]:
         """Records that appeared since the last call, labelled with `phase`."""
         if self.unavailable:
             return []
-        new = []
+        new: list[CompileRecord] = []
         for metrics in self._metrics():
             if id(metrics) in self._seen:
                 continue

@@ -31,9 +31,9 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if event != "exec" or not _open:
         return
     code = args[0] if args else None
-    name = code.co_filename if isinstance(code, CodeType) else None
-    if not name:
+    if not isinstance(code, CodeType) or not code.co_filename:
         return
+    name = code.co_filename
     if name.startswith("<"):  # a string run with exec(): kept with the line that ran it
         caller = sys._getframe(1)
         place = f"{caller.f_code.co_filename}:{caller.f_lineno}"

@@ -27,13 +27,13 @@ import os
 import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflashdoctor.hooks.dynamo_skip import skip_tree
 from dflashdoctor.observations import DenseEvent
-from dflashdoctor.records import FIX_REPLAY_PHASE
+from dflashdoctor.records import FIX_REPLAY_PHASE, SourceSite
 from dflashdoctor.redaction import redact_text
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class CapturedCall:
 
     @property
     def name(self) -> str:
-        site = self.event.forward_site or self.event.site or {}
+        site = self.event.forward_site or self.event.site
         return self.event.layer or (f"{site.get('file')}:{site.get('line')}" if site else "an unnamed site")
 
 
@@ -104,8 +104,8 @@ class CapturedCall:
 class ReplayOutcome:
     """One site's replay (records.FixReplayRecord)."""
 
-    site: dict[str, Any] | None
-    forward_site: dict[str, Any] | None
+    site: SourceSite | None
+    forward_site: SourceSite | None
     layer: str | None
     stack: list[str]
     device: str
@@ -137,7 +137,9 @@ class ReplayOutcome:
 
 
 def _site_key(event: DenseEvent) -> tuple[Any, ...]:
-    site = event.site or {}
+    site = event.site
+    if not site:
+        return (None, None, event.layer)
     return (site.get("file"), site.get("line"), event.layer)
 
 
@@ -184,11 +186,12 @@ class FixReplay:
     def _replay_all(self, budget_s: float, max_replays: int) -> list[dict[str, Any]]:
         deadline = time.monotonic() + budget_s
         backward = [e for e in self.recorder.events if e.kind == "backward" and e.phase != FIX_REPLAY_PHASE]
-        done: dict[Any, tuple[ReplayOutcome, str]] = {}
+        done: dict[Hashable, tuple[ReplayOutcome, str]] = {}
         stopped: str | None = None
         records = []
         for call in self.calls.values():
             outcome = ReplayOutcome.of(call)
+            signature: Hashable
             try:
                 call.backward = _ran_backward(call.event, backward) and call.tensors is not None
                 outcome.backward = call.backward
@@ -489,9 +492,12 @@ def _dense_run(
 
     base = _peak_start(cuda)
     try:
+        query, key, value = inputs  # the three of call.tensors
         with torch.set_grad_enabled(backward):
             out = flex_op(
-                *inputs,
+                query,
+                key,
+                value,
                 call.score_mod,
                 call.block_mask,
                 call.scale,

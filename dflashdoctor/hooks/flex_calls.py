@@ -48,6 +48,7 @@ from dflashdoctor.hooks.dynamo_skip import skip_frame, skip_tree
 from dflashdoctor.hooks.flex_dense import INSTRUMENTATION, DenseFlexRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.hooks.rebinding import rebinding, user_files_on_stack
+from dflashdoctor.records import RawRebound
 
 _FLEX_MODULE = "torch.nn.attention.flex_attention"
 _COMPILE_ARGUMENT = re.compile(r"\bcompile\(\s*([\w.\[\]]+)\s*[,)]")
@@ -55,6 +56,9 @@ _MODULE_COMPILE = re.compile(r"([\w.\[\]]+)\.compile\(")  # `block.compile(backe
 _COMPILE_CALLS_KEPT = 64
 _FAST_SITES_KEPT = 4096  # calling modules remembered by identity
 _SOURCE_KEPT = 200  # characters of the compile call's line kept, to quote it in a fix
+# a site's key: (file, line, id of the reference called, module), and "traced" after those of a call
+# dynamo traced into a graph
+_SiteKey = tuple[str, int, int, str | None] | tuple[str, int, int, str | None, str]
 COMPILED_WRAPPER = "compiled wrapper"
 RAW = "raw flex_attention"
 TRANSFORMERS_COMPILED = "transformers compiled flex"  # its singleton, called outside the interface
@@ -140,7 +144,7 @@ class FlexSite(CallStats):
     # where a rebinding of the called name is looked for first; not written out
     stack_files: tuple[str, ...] = ()
     compiled_at: str | None = None  # file:line of the torch.compile call
-    rebound: dict[str, Any] | None = None  # a raw call through a name once bound to a compiled wrapper
+    rebound: RawRebound | None = None  # a raw call through a name once bound to a compiled wrapper
     # the layer whose trace this site's graph is (blocks compiled one by one share one graph,
     # which dynamo traces in the first block only)
     shared_graph_of: str | None = None
@@ -172,7 +176,7 @@ class FlexCallRecorder:
         self.namer = namer
         self.in_flight: dict[int, FlexCall] | None = {} if keep_calls is not None else None
         self.last_calls: collections.deque[FlexCall] = collections.deque(maxlen=keep_calls or 0)
-        self.sites: dict[tuple[str, int, int, str | None], FlexSite] = {}
+        self.sites: dict[_SiteKey, FlexSite] = {}
         # (caller code, line, wrapper id, id of the calling module) -> (that module, weakly; its site)
         self._site_by_owner: dict[tuple[CodeType, int, int, int], tuple[Any, FlexSite]] = {}
         self._wrappers: dict[int, Callable[..., Any]] = {}
@@ -190,7 +194,8 @@ class FlexCallRecorder:
         _prime_dynamo_tables(self._real_compile)
         self._real_set_stance = getattr(torch.compiler, "set_stance", None)
         self._stand_in = self._recording(self._raw, via=RAW)
-        self._module.flex_attention = self._stand_in
+        # a module's attribute the ModuleType it is typed as does not declare: set by name
+        setattr(self._module, "flex_attention", self._stand_in)  # noqa: B010
         torch.compile = self._compile  # type: ignore[assignment]
         if self._real_set_stance is not None:
             torch.compiler.set_stance = self._set_stance  # type: ignore[assignment]
@@ -199,7 +204,7 @@ class FlexCallRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._module.flex_attention = self._raw
+        setattr(self._module, "flex_attention", self._raw)  # noqa: B010
         torch.compile = self._real_compile  # type: ignore[assignment]
         if self._real_set_stance is not None:
             torch.compiler.set_stance = self._real_set_stance  # type: ignore[assignment]
@@ -433,8 +438,8 @@ class FlexCallRecorder:
             for attr, value in list(space.items()):
                 if self._wrappers.get(id(value)) is value:
                     bindings.setdefault(id(value), []).append(f"{label}:{attr}")
-        for name, module in self.namer.named_modules():  # a wrapper kept on a layer: `layers.0.attn.fn`
-            for attr, value in list(vars(module).items()):
+        for name, layer in self.namer.named_modules():  # a wrapper kept on a layer: `layers.0.attn.fn`
+            for attr, value in list(vars(layer).items()):
                 if self._wrappers.get(id(value)) is value:
                     bindings.setdefault(id(value), []).append(f"{name}.{attr}")
         self._add_shared_graph_sites()

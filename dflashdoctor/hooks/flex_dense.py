@@ -40,6 +40,7 @@ from dflashdoctor.agent.post_import import when_imported
 from dflashdoctor.hooks.dynamo_skip import skip_tree
 from dflashdoctor.hooks.graph_nodes import GENERATED, GraphNode, node_of, resolve_module
 from dflashdoctor.observations import DenseEvent
+from dflashdoctor.records import SourceSite
 
 if TYPE_CHECKING:
     from dflashdoctor.hooks.module_names import ModuleNamer
@@ -188,7 +189,7 @@ class BackwardOwner(Protocol):
 
     q_shape: list[int]
 
-    def charge_backward(self, event: DenseEvent) -> dict[str, Any]:
+    def charge_backward(self, event: DenseEvent) -> SourceSite:
         """Count the event; return where the forward call was made."""
         ...
 
@@ -199,7 +200,7 @@ def _torch_dir() -> str:
     return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
-def _site(frame: FrameType, line: int) -> dict[str, Any]:
+def _site(frame: FrameType, line: int) -> SourceSite:
     return {
         "file": frame.f_code.co_filename,
         "line": line,
@@ -357,7 +358,7 @@ class DenseFlexRecorder:
         for name in _HOP_NAMES:
             hop = getattr(module, name, None)
             kernels = getattr(hop, "py_kernels", None)
-            if not isinstance(kernels, dict) or key not in kernels:
+            if hop is None or not isinstance(kernels, dict) or key not in kernels:
                 return f"{_HOP_MODULE}.{name} has no dense kernel under {key} on this torch"
             if not hasattr(hop, "_dispatch_cache"):
                 return f"{_HOP_MODULE}.{name} has no _dispatch_cache on this torch"
@@ -620,7 +621,9 @@ class DenseFlexRecorder:
                     return
             forwards.append(event)
             return
-        for i in range(len(forwards or ()) - 1, -1, -1):
+        if forwards is None:
+            return
+        for i in range(len(forwards) - 1, -1, -1):
             forward = forwards[i]
             if forward.q_shape == event.q_shape:
                 del forwards[i]

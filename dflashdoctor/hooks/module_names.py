@@ -40,7 +40,7 @@ class ModuleNamer:
         """The module's dotted name under the outermost calling module that holds it, else its class
         name. (A trainer object may hold a model outside its own module tree, as a frozen target.)"""
         if module not in self._names:
-            callers = []
+            callers: list[torch.nn.Module] = []
             for _ in range(_MAX_FRAMES):
                 if frame is None:
                     break

@@ -19,9 +19,9 @@ import linecache
 import os
 import sys
 from types import CodeType, FrameType
-from typing import Any
 
 from dflashdoctor.hooks.compile_origin import LIBRARY_DIRS, library_of
+from dflashdoctor.records import RawRebound
 
 _MAX_FILES = 200
 _MAX_DEPTH = 4
@@ -52,7 +52,7 @@ def rebinding(
     line: int,
     stack_files: tuple[str, ...] = (),
     strings: tuple[tuple[str, CodeType], ...] = (),
-) -> dict[str, Any] | None:
+) -> RawRebound | None:
     """Where the name called on `file:line` was last assigned something other than a
     `torch.compile(...)`, when it was also assigned a compiled wrapper (or looks like one).
 
@@ -65,7 +65,8 @@ def rebinding(
     if not name or name in ("flex_attention", "torch.nn.attention.flex_attention.flex_attention"):
         return None
     attr = name.rsplit(".", 1)[-1]
-    compiled, raw = [], []
+    compiled: list[tuple[str, int]] = []
+    raw: list[tuple[str, int]] = []
     ran = [place for place, code in strings if _stores(code, attr)]
     for path in _user_files(file, stack_files):
         for assigned_line, value in _assignments(path, attr):
@@ -118,13 +119,16 @@ def _assignments(path: str, attr: str) -> list[tuple[int, ast.AST]]:
             tree = ast.parse(handle.read(), filename=path)
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    found = []
+    found: list[tuple[int, ast.AST]] = []
     for node in ast.walk(tree):
-        targets: list[ast.AST] = []
+        targets: list[ast.expr]
+        value: ast.expr
         if isinstance(node, ast.Assign):
-            targets = list(node.targets)
+            targets, value = list(node.targets), node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets = [node.target]
+            targets, value = [node.target], node.value
+        else:
+            continue
         for target in targets:
             name = (
                 target.id
@@ -134,7 +138,7 @@ def _assignments(path: str, attr: str) -> list[tuple[int, ast.AST]]:
                 else None
             )
             if name == attr:
-                found.append((node.lineno, node.value))
+                found.append((node.lineno, value))
     return sorted(found, key=lambda item: item[0])
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from dflashdoctor.hooks.rebinding import dotted_name
 from dflashdoctor.lint.parsing import parse_source
@@ -201,7 +202,7 @@ class _Collector(ast.NodeVisitor):
         dotted = dotted_name(node)
         return dotted in self.compile_names or any(dotted == f"{t}.compile" for t in self.torch_names)
 
-    def _is_partial(self, node: ast.expr) -> bool:
+    def _is_partial(self, node: ast.expr) -> TypeGuard[ast.Call]:
         return (
             isinstance(node, ast.Call)
             and (dotted_name(node.func) or "").split(".")[-1] == "partial"

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from dflashdoctor.lint.settings import SHORT_CODES
-from dflashdoctor.render.github import annotations
+from dflashdoctor.render.github import workflow_commands
 from dflashdoctor.render.sarif import render_sarif
 from dflashdoctor.report import Finding, Report
 from dflashdoctor.safe_text import encodable, without_controls
@@ -85,7 +85,7 @@ def as_json(report: Report) -> str:
 
 
 def github(report: Report) -> str:
-    return "".join(line + "\n" for line in annotations(report))
+    return "".join(line + "\n" for line in workflow_commands(report))
 
 
 def render(report: Report, output_format: str) -> str:

@@ -44,6 +44,7 @@ def own_nodes(body: list[ast.stmt] | ast.AST) -> Iterator[ast.AST]:
     """Every node a block (a list of statements, or one node, which is entered) runs itself:
     nested functions, classes and lambdas are not entered (their bodies run when they are called,
     maybe never)."""
+    stack: list[ast.AST]
     stack = [s for s in reversed(body) if not isinstance(s, NESTED)] if isinstance(body, list) else [body]
     while stack:
         node = stack.pop()
@@ -136,6 +137,7 @@ class Survey:
 
 
 # Nodes with nothing a survey records below them: never pushed (about half of a tree's nodes).
+_LEAVES: tuple[type[ast.AST], ...]
 _LEAVES = (ast.Name, ast.Constant, ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.alias)
 _LEAVES += (ast.arguments,)
 

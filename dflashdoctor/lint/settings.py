@@ -20,7 +20,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from dflashdoctor.errors import BadInput
 from dflashdoctor.placed_files import MIB, PlacedFileError, read_placed
@@ -173,6 +173,10 @@ def _bytes(path: Path) -> bytes:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
 
 
+@overload
+def _table(path: Path, *, explicit: Literal[True]) -> dict[str, Any]: ...  # else it raises
+@overload
+def _table(path: Path, *, explicit: bool) -> dict[str, Any] | None: ...
 def _table(path: Path, *, explicit: bool) -> dict[str, Any] | None:
     try:
         data = tomllib.loads(_bytes(path).decode("utf-8"))

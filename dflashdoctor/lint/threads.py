@@ -25,6 +25,7 @@ from dflashdoctor.lint.scopes import NESTED, Def, Function, Index, called_text, 
 _POOLS = {"ThreadPoolExecutor", "ThreadPool"}
 _POOL_CALLS = {"submit", "map", "imap", "imap_unordered", "starmap", "apply", "apply_async", "map_async"}
 _LOCKS = {"Lock", "RLock", "Semaphore", "BoundedSemaphore"}
+_MODEL_VERBS: tuple[str, ...]
 _MODEL_VERBS = ("load", "build", "get", "create", "make", "init", "save", "download", "prepare", "set", "wrap")
 _MODEL_VERBS += ("compile", "export", "convert", "register", "is_", "has_", "to_", "from_")
 _DEPTH = 3  # functions of the file followed from the thread's target, this many calls deep
@@ -189,7 +190,9 @@ def threaded_calls(tree: ast.Module) -> list[ThreadedCall]:
     found = []
     for call, cls, around in file.calls:
         start = file.started(call, cls)
-        target = _target(start[1], cls, around, file) if start else None
+        if start is None:
+            continue
+        target = _target(start[1], cls, around, file)
         if target is None:
             continue
         body, target_cls, target_around, name = target

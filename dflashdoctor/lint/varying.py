@@ -191,7 +191,9 @@ def _forwarders(defs: list[Def], wrappers: dict[str, str]) -> dict[str, str]:
                 continue
             params = found.params()
             for node in own_nodes(found.node.body):
-                text = called_text(node.func, found.cls) if isinstance(node, ast.Call) else None
+                if not isinstance(node, ast.Call):
+                    continue
+                text = called_text(node.func, found.cls)
                 if text in targets and any(reads(a) & params for a in _arguments(node)):
                     targets[found.text] = targets[text]
                     break

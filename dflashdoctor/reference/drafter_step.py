@@ -51,20 +51,22 @@ class DFlashDrafter(nn.Module):
     def __init__(self, layers: int, hidden: int, heads: int, kv_heads: int, head_dim: int, fault: str | None) -> None:
         super().__init__()
         drafter = importlib.import_module("dflashdoctor.reference.drafter")
-        self.layers = nn.ModuleList(nn.ModuleDict() for _ in range(layers))
+        blocks = [nn.ModuleDict() for _ in range(layers)]
         wrapper = _eager_wrapper() if fault == "eager-wrapper" else None
-        for layer in self.layers:
+        for layer in blocks:
             attn = drafter.DFlashDrafterAttention(hidden, heads, kv_heads, head_dim)
             if fault == "hf-flex-path":
                 attn.attention = _hf_flex(attn)
             elif wrapper is not None:
                 attn.attention = wrapper
             layer["self_attn"] = attn
+        self.layers = nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(hidden)
 
     def forward(self, draft: torch.Tensor, context: torch.Tensor, block_mask: Any) -> torch.Tensor:
         for layer in self.layers:
-            draft = draft + layer["self_attn"](self.norm(draft), context, block_mask)
+            # torch's ModuleList is not generic: its items are typed Module, these are the ModuleDicts above
+            draft = draft + layer["self_attn"](self.norm(draft), context, block_mask)  # type: ignore[index]
         return draft
 
 

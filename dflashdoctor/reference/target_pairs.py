@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dflashdoctor.fla_guards import fla_kept_out, fla_unusable_on
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 TARGET_FORWARDS = ("concurrent", "sequential")
 TARGET_SPEC = "dflashdoctor.reference.target_pairs:target_forward"
@@ -37,7 +40,7 @@ _OVERRIDES = {
 }
 
 _BUILD = threading.Lock()  # model building seeds the global RNG: one pair at a time
-_TARGETS: dict[tuple[int, str], torch.nn.Module] = {}
+_TARGETS: dict[tuple[int, str], PreTrainedModel] = {}
 
 
 def fla_importable() -> bool:
@@ -49,7 +52,7 @@ def fla_importable() -> bool:
     return True
 
 
-def build_target(device: str, dtype: torch.dtype, seed: int = 0) -> torch.nn.Module:
+def build_target(device: str, dtype: torch.dtype, seed: int = 0) -> PreTrainedModel:
     """A random-weight Qwen3.5-style target (gated DeltaNet + full attention), frozen for inference.
 
     Its gated DeltaNet layers run FLA's kernels where they can (on a GPU); elsewhere FLA is kept from
@@ -80,7 +83,7 @@ def linear_attention_impl(model: torch.nn.Module) -> str | None:
     return None
 
 
-def target_for(worker: int, device: str) -> torch.nn.Module:
+def target_for(worker: int, device: str) -> PreTrainedModel:
     with _BUILD:
         key = (worker, device)
         if key not in _TARGETS:

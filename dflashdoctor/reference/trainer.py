@@ -65,7 +65,8 @@ class Pair(nn.Module):
             from dflashdoctor.reference.faults import global_length
 
             for layer in self.drafter.layers:
-                layer["self_attn"].attention = global_length.flex_attention_forward
+                # torch's ModuleList is not generic: its items are typed Module; these are ModuleDicts
+                layer["self_attn"].attention = global_length.flex_attention_forward  # type: ignore[index]
         self.project = nn.Linear(self.target[0].config.hidden_size, config.hidden_size)
         self.hidden = config.hidden_size
         self.to(device=device, dtype=dtype)

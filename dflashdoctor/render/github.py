@@ -22,7 +22,7 @@ def _escape(text: str, *, property_value: bool = False) -> str:
     return text.replace(":", "%3A").replace(",", "%2C") if property_value else text
 
 
-def annotations(report: Report) -> list[str]:
+def workflow_commands(report: Report) -> list[str]:
     lines = []
     for result in report.results:
         for f in result.findings:
@@ -41,7 +41,7 @@ def publish(report: Report, environ: Mapping[str, str]) -> None:
     """Under GitHub Actions (GITHUB_ACTIONS=true): print the annotations, append the step summary."""
     if environ.get("GITHUB_ACTIONS") != "true":
         return
-    for line in annotations(report):
+    for line in workflow_commands(report):
         print(line, flush=True)
     summary = environ.get("GITHUB_STEP_SUMMARY")
     if summary:

@@ -169,10 +169,9 @@ def _probe_times(report: Report) -> str:
     if report.command != "gate" or not report.results:
         return ""
     starts = [r.measurements.get("started_after_s") for r in report.results]
-    if all(isinstance(start, int | float) for start in starts):
-        spans = [
-            (r.probe, float(s), float(s) + r.duration_s, r.status) for r, s in zip(report.results, starts, strict=True)
-        ]
+    known = [float(start) for start in starts if isinstance(start, int | float)]
+    if len(known) == len(starts):
+        spans = [(r.probe, s, s + r.duration_s, r.status) for r, s in zip(report.results, known, strict=True)]
         return f'<div class="charts">{timeline_chart("what ran when", spans)}</div>'
     bars = [Bar(r.probe, r.duration_s, r.status) for r in report.results]
     return f'<div class="charts">{bar_chart(Comparison("time per probe", "seconds", bars))}</div>'

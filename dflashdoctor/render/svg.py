@@ -8,6 +8,7 @@ says what it shows and whose table says the same numbers in text, for a reader t
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from html import escape
 
 from dflashdoctor.report import Comparison, Plot
@@ -39,7 +40,7 @@ def human(value: float, unit: str) -> str:
     return f"{value / scale:.3g} {suffix}"
 
 
-def timeline_chart(title: str, spans: list[tuple[str, float, float, str]]) -> str:
+def timeline_chart(title: str, spans: Sequence[tuple[str, float, float, str]]) -> str:
     """What ran when: a row per span (label, start and end seconds, note), drawn from the same zero,
     so probes that ran side by side overlap, and the axis ends at the wall time, not their sum."""
     spans = [
@@ -206,14 +207,14 @@ def line_chart(plot: Plot) -> str:
             y = top_pad + 10 + 13 * (i % 2)
             label = escape(mark.label)
             parts.append(f'<text class="mark-label" x="{x + offset:.1f}" y="{y}" {side}>{label}</text>')
-    for i, line in enumerate(finite):
+    for i, points in enumerate(finite):
         kind = _LINE_CLASSES[i % len(_LINE_CLASSES)]
-        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line)
+        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in points)
         if " " in coords:
             parts.append(f'<polyline class="line {kind}" points="{coords}"/>')
         elif coords:  # one step: a dot
-            x, y = coords.split(",")
-            parts.append(f'<circle class="{kind}" cx="{x}" cy="{y}" r="3"/>')
+            cx, cy = coords.split(",")
+            parts.append(f'<circle class="{kind}" cx="{cx}" cy="{cy}" r="3"/>')
     parts.append("</svg>")
     legend = "".join(
         f'<span class="legend {_LINE_CLASSES[i % len(_LINE_CLASSES)]}">{escape(line.label)}</span>'

@@ -74,8 +74,10 @@ def well_formed(record: Any) -> bool:
     if record.get("rank") is not None and not _count(record["rank"]):
         return False
     kind = record.get("kind")
+    if not isinstance(kind, str):  # not an EventRecord's; an unhashable one would not even be looked up
+        return False
     try:
-        check_record(EVENT_TYPES.get(kind, EventRecord), record if kind in EVENT_TYPES else _header(record), str(kind))
+        check_record(EVENT_TYPES.get(kind, EventRecord), record if kind in EVENT_TYPES else _header(record), kind)
     except ObservationsError:
         return False
     return all(check(record[name]) for name, check in _VALUES.get(kind, {}).items())

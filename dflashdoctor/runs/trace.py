@@ -62,7 +62,7 @@ def _process_events(log: ProcessLog, origin: float) -> list[dict[str, Any]]:
         }
 
     for dense in log.dense:
-        site = dense["site"] or {}
+        site = dense["site"]
         where = f"{site.get('file')}:{site.get('line')}" if site else ""
         name = f"dense {dense['kind']} {dense['phase']} {dense['layer'] or ''}".strip()
         events.append(

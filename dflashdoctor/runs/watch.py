@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflashdoctor.leftovers import stop_leftovers
 from dflashdoctor.processes import pid_alive
@@ -31,6 +31,9 @@ from dflashdoctor.runs.events import LogReader, last_activity
 from dflashdoctor.runs.launch import Launched
 from dflashdoctor.runs.priority import step_aside
 from dflashdoctor.runs.stacks import dump_stacks
+
+if TYPE_CHECKING:
+    from _typeshed import HasFileno
 
 _PROGRESS_LINE_EVERY_S = 10.0
 _GRACE_S = 10.0
@@ -115,7 +118,8 @@ def _progress_line(reader: LogReader) -> str:
         if log.instrumented is None:
             continue
         step = log.steps[-1] if log.steps else None
-        memory = max((m.get("peak_bytes", 0) for m in (step or {}).get("memory", {}).values()), default=0)
+        devices = step.get("memory", {}).values() if step else ()
+        memory = max((m.get("peak_bytes", 0) for m in devices), default=0)
         text = f"{log.label}: step {step['step'] if step else 0}"
         if memory:
             text += f", peak {memory / 2**30:.2f} GiB"
@@ -151,6 +155,7 @@ def _wait(
     started = time.monotonic()
     last_progress_wall = time.time()
     last_line, next_line = "", started + _PROGRESS_LINE_EVERY_S
+    sleeps_on: list[HasFileno] = [child, interrupts]
     while child.poll() is None:
         now = time.monotonic()
         due = [next_line]
@@ -158,7 +163,7 @@ def _wait(
             due.append(now + max(0.0, last_progress_wall + hang_timeout_s - time.time()))
         if deadline_s is not None:
             due.append(started + deadline_s)
-        ready, _, _ = select.select([child, interrupts], [], [], max(0.0, min(due) - now))
+        ready, _, _ = select.select(sleeps_on, [], [], max(0.0, min(due) - now))
         if interrupts.signum:
             seen.why = "interrupted"
             return

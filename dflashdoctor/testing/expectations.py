@@ -43,7 +43,7 @@ class SharedAutotunerError(ExpectationError):
 def _dense_headline(block: BlockObservations, _findings: list[Finding]) -> str:
     events = block.dense_events
     forward = sum(1 for e in events if e.kind == "forward")
-    sites = {((e.site or {}).get("file"), (e.site or {}).get("line"), e.layer) for e in events}
+    sites = {(e.site.get("file"), e.site.get("line"), e.layer) if e.site else (None, None, e.layer) for e in events}
     dropped = f" (and {block.dense_dropped} more not kept)" if block.dense_dropped else ""
     return (
         f"expect_fused: flex_attention ran its dense kernel {plural(len(events), 'time')}{dropped} "

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from dflashdoctor.hooks.dynamo_watch import DynamoWatch
     from dflashdoctor.hooks.flex_dense import DenseFlexRecorder
     from dflashdoctor.observations import DenseEvent
+    from dflashdoctor.records import CompileRecord, ConcurrentEntryRecord
     from dflashdoctor.report import Finding
 
 
@@ -62,8 +63,9 @@ def _work_in_progress() -> dict[int, FrameType]:
     standard library's queue) has none."""
     me = threading.get_ident()
     running = {}
-    for ident, frame in sys._current_frames().items():
+    for ident, top in sys._current_frames().items():
         outermost = None
+        frame: FrameType | None = top
         while ident != me and frame is not None:
             if not _library(frame.f_code.co_filename):
                 outermost = frame
@@ -145,7 +147,7 @@ class Recording:
         return self.observations().dense_events
 
     @property
-    def fallbacks(self) -> list[dict[str, Any]]:
+    def fallbacks(self) -> list[CompileRecord]:
         """dynamo's compiles during the block that ended in running the frame eagerly: the recompile
         limit hit, or an exception that made dynamo skip the frame (hooks/dynamo_watch.py: fields)."""
         from dflashdoctor.judges.dynamo_causes import is_recompile_limit, is_skipped_frame
@@ -153,7 +155,7 @@ class Recording:
         return [r for r in self.observations().compiles if is_recompile_limit(r) or is_skipped_frame(r)]
 
     @property
-    def autotuner_overlaps(self) -> list[dict[str, Any]]:
+    def autotuner_overlaps(self) -> list[ConcurrentEntryRecord]:
         """Each entry of a thread into a triton autotuner another thread was inside (`autotuners=True`)."""
         return self.observations().autotuner_overlaps
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import asdict
+from types import SimpleNamespace
 
 import pytest
 
@@ -51,8 +52,13 @@ def test_a_writer_writes_the_keys_of_its_record(name):
     assert set(WRITERS[name]()) == _keys(getattr(records, name))
 
 
-def test_a_compile_record_has_dynamo_watchs_fields():
-    assert _keys(records.CompileRecord) == {*dynamo_watch._FIELDS, "phase", "guard_file"}
+def test_a_compile_record_reads_torchs_metrics_each_of_its_type():
+    """Each field of the record from torch's CompilationMetrics; one missing or of another type is None."""
+    metrics = SimpleNamespace(compile_id="0/1", co_firstlineno=7, entire_frame_compile_time_s=2, num_graph_breaks="1")
+    record = dynamo_watch._record(metrics, "target:first")
+    assert set(record) == _keys(records.CompileRecord)
+    read = ("phase", "compile_id", "co_firstlineno", "entire_frame_compile_time_s", "num_graph_breaks", "co_name")
+    assert [record[k] for k in read] == ["target:first", "0/1", 7, 2, None, None]
 
 
 def test_the_records_use_no_any():
