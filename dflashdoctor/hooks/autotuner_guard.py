@@ -134,7 +134,7 @@ class AutotunerGuard:
             self.unavailable = "triton's Autotuner has no run method of its own on this version"
             return self
         self._cls, self._original = Autotuner, original
-        Autotuner.run = self._guarded(original)  # type: ignore[method-assign]
+        Autotuner.run = self._guarded(original)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -114,7 +114,7 @@ def _prime_dynamo_tables(real_compile: Callable[..., Any]) -> None:
         return
     import importlib
 
-    current, torch.compile = torch.compile, real_compile  # type: ignore[assignment]
+    current, torch.compile = torch.compile, real_compile
     try:
         for module_name, owner, attr in (
             ("torch._dynamo.trace_rules", None, "get_torch_obj_rule_map"),
@@ -126,7 +126,7 @@ def _prime_dynamo_tables(real_compile: Callable[..., Any]) -> None:
             except Exception:  # another torch: its tables are not ours to prime; tracing goes on
                 continue
     finally:
-        torch.compile = current  # type: ignore[assignment]
+        torch.compile = current
 
 
 @dataclass(kw_only=True)
@@ -196,18 +196,18 @@ class FlexCallRecorder:
         self._stand_in = self._recording(self._raw, via=RAW)
         # a module's attribute the ModuleType it is typed as does not declare: set by name
         setattr(self._module, "flex_attention", self._stand_in)  # noqa: B010
-        torch.compile = self._compile  # type: ignore[assignment]
+        torch.compile = self._compile
         if self._real_set_stance is not None:
-            torch.compiler.set_stance = self._set_stance  # type: ignore[assignment]
+            torch.compiler.set_stance = self._set_stance
         if self._executed is not None:
             self._executed.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         setattr(self._module, "flex_attention", self._raw)  # noqa: B010
-        torch.compile = self._real_compile  # type: ignore[assignment]
+        torch.compile = self._real_compile
         if self._real_set_stance is not None:
-            torch.compiler.set_stance = self._real_set_stance  # type: ignore[assignment]
+            torch.compiler.set_stance = self._real_set_stance
         if self._executed is not None:
             self._executed.__exit__()
 

@@ -66,7 +66,7 @@ class DFlashDrafter(nn.Module):
     def forward(self, draft: torch.Tensor, context: torch.Tensor, block_mask: Any) -> torch.Tensor:
         for layer in self.layers:
             # torch's ModuleList is not generic: its items are typed Module, these are the ModuleDicts above
-            draft = draft + layer["self_attn"](self.norm(draft), context, block_mask)  # type: ignore[index]
+            draft = draft + layer["self_attn"](self.norm(draft), context, block_mask)
         return draft
 
 

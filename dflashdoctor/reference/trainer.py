@@ -66,7 +66,7 @@ class Pair(nn.Module):
 
             for layer in self.drafter.layers:
                 # torch's ModuleList is not generic: its items are typed Module; these are ModuleDicts
-                layer["self_attn"].attention = global_length.flex_attention_forward  # type: ignore[index]
+                layer["self_attn"].attention = global_length.flex_attention_forward
         self.project = nn.Linear(self.target[0].config.hidden_size, config.hidden_size)
         self.hidden = config.hidden_size
         self.to(device=device, dtype=dtype)
