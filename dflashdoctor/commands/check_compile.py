@@ -11,6 +11,7 @@ from dflashdoctor.judges.check_compile import judge
 from dflashdoctor.limits import MAX_VARY, count_problem
 from dflashdoctor.observations import CheckCompileObservations
 from dflashdoctor.options import cli
+from dflashdoctor.probe_configs import CheckCompileConfig
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.reference import DEFAULT_TARGET
 from dflashdoctor.session import PROBE_TIMEOUT_S
@@ -65,15 +66,15 @@ def validate(options: CheckCompileOptions) -> None:
         raise BadInput(problem)
 
 
-def probe_config(options: CheckCompileOptions) -> dict[str, Any]:
+def probe_config(options: CheckCompileOptions) -> CheckCompileConfig:
     known = set(AttentionShape.__dataclass_fields__)
-    return {
-        "target": options.target,
-        "device": options.device,
-        "shape": {k: v for k, v in options.shape.items() if k in known and v is not None},
-        "mask": options.mask,
-        "vary": options.vary,
-    }
+    return CheckCompileConfig(
+        target=options.target,
+        device=options.device,
+        shape={k: v for k, v in options.shape.items() if k in known and v is not None},
+        mask=options.mask,
+        vary=options.vary,
+    )
 
 
 def subject(options: CheckCompileOptions) -> dict[str, str]:
