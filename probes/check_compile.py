@@ -210,7 +210,7 @@ class CheckCompileProbe:
             device_name=torch.cuda.get_device_name() if self.device == "cuda" else "cpu",
             torch=torch.__version__,
             python=sys.version.split()[0],
-            shape=shape.to_dict(),
+            shape=shape,
             mask=self.config.mask,
             backward_checked=self.backward,
             target=info.to_dict(),

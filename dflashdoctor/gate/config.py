@@ -20,13 +20,13 @@ from dflashdoctor.limits import MAX_STEPS, MAX_VARY, count_problem, seconds_prob
 from dflashdoctor.placed_files import MIB, PlacedFileError, read_placed
 from dflashdoctor.safe_fs import user_name
 from dflashdoctor.session import PROBE_TIMEOUT_S
-from dflashdoctor.shapes import DEVICES, DTYPES, MASKS
+from dflashdoctor.shapes import DEVICES, DTYPES, MASKS, OPTION_FIELDS
 from dflashdoctor.trust import Trust
 
 # The probes the gate runs, in the order of its report (gate/probe_options.py maps the configuration
 # to each one's options); `run` runs after them when configured.
 GATE_PROBES = ("env", "check-compile", "trace-attention", "race", "cache")
-SHAPE_KEYS = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype")  # check-compile's options
+SHAPE_KEYS = tuple(f.name for f in OPTION_FIELDS)  # check-compile's shape options
 
 
 @dataclass
