@@ -3,8 +3,8 @@
 Probed side, standard library only. The doctor starts a probe as
 `python probes/<name>.py --config CONFIG.json --out RESULT.json`; the probe reads CONFIG.json as
 its typed config (probe_configs.py, strictly: one the probe does not read is a failure naming
-where) and writes RESULT.json
-atomically, so a probe that dies mid-write leaves no half document for the doctor to misread.
+where) and writes RESULT.json atomically, so a probe that dies mid-write leaves no half document
+for the doctor to misread.
 A probe signals bad input by raising `UsageError`: the doctor turns it into one line and exit 2.
 SIGUSR1 makes the probe print every thread's stack to stderr, which the doctor asks for before
 killing a probe that ran past its timeout. A probe whose parent (the doctor, or the gate's probe

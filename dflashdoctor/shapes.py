@@ -60,7 +60,7 @@ def shape_with(device: str, overrides: dict[str, Any]) -> AttentionShape:
     return replace(default_shape(device), **given)
 
 
-# The fields a user sets, in their options' order; each one's type is its hint's.
+# The fields a user sets, in their options' order, and every field's type (an option's too).
 OPTION_FIELDS: tuple[Field[Any], ...] = tuple(f for f in fields(AttentionShape) if "help" in f.metadata)
 FIELD_TYPES: dict[str, type] = typing.get_type_hints(AttentionShape)
 
