@@ -37,7 +37,6 @@ from dflashdoctor.records import (
     PhaseRecord,
     ProcessesRecord,
     ReferenceTarget,
-    ShapeRecord,
     SourceSite,
     TargetError,
     TargetRecord,
@@ -46,6 +45,7 @@ from dflashdoctor.records import (
     TracedScript,
     TrialRecord,
 )
+from dflashdoctor.shapes import AttentionShape
 
 T = TypeVar("T")
 
@@ -138,7 +138,7 @@ class CheckCompileObservations:
     device_name: str = "cpu"
     torch: str | None = None
     python: str | None = None
-    shape: ShapeRecord = field(default_factory=dict)  # type: ignore[assignment]
+    shape: AttentionShape = field(kw_only=True)  # what the target was called at; no default to judge
     mask: str = "dflash"
     backward_checked: bool = False
     target: TargetRecord = field(default_factory=dict)  # type: ignore[assignment]

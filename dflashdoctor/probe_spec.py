@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflashdoctor.budgets import Budgets
+from dflashdoctor.probe_configs import ProbeConfig
 from dflashdoctor.report import ProbeResult, Report
 
 
@@ -42,8 +43,8 @@ class ProbeSpec:
     judge: Callable[[Any, Budgets], list[ProbeResult]]
     script: str | None  # probes/<script> in the probed interpreter; None: the doctor's side does the work
     summary: str = ""  # what it answers, in one line: its command's help (cli_options.probe_command)
-    # The options as the probe's script reads them (JSON). None: the probe has its own `command`.
-    probe_config: Callable[[Any], dict[str, Any]] | None = None
+    # The options as the probe's script reads them (probe_configs.py). None: the probe has its own `command`.
+    probe_config: Callable[[Any], ProbeConfig] | None = None
     # Bad input said before a probe starts (raises BadInput); the probe checks the rest.
     validate: Callable[[Any], None] = _no_problem
     # What the report says it looked at (`target`, `requested_device`, ...), from the options.

@@ -1,8 +1,10 @@
 """What every probe needs to talk to the doctor: its config in, one JSON document out.
 
 Probed side, standard library only. The doctor starts a probe as
-`python probes/<name>.py --config CONFIG.json --out RESULT.json`; the probe writes RESULT.json
-atomically, so a probe that dies mid-write leaves no half document for the doctor to misread.
+`python probes/<name>.py --config CONFIG.json --out RESULT.json`; the probe reads CONFIG.json as
+its typed config (probe_configs.py, strictly: one the probe does not read is a failure naming
+where) and writes RESULT.json atomically, so a probe that dies mid-write leaves no half document
+for the doctor to misread.
 A probe signals bad input by raising `UsageError`: the doctor turns it into one line and exit 2.
 SIGUSR1 makes the probe print every thread's stack to stderr, which the doctor asks for before
 killing a probe that ran past its timeout. A probe whose parent (the doctor, or the gate's probe
@@ -21,9 +23,10 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from dflashdoctor.errors import BadInput, MissingPackage
+from dflashdoctor.probe_configs import load_config
 from dflashdoctor.processes import pid_alive
 from dflashdoctor.redaction import redact_text
 
@@ -109,8 +112,12 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, name="dflashdoctor-parent-watch", daemon=True).start()
 
 
-def probe_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-    """Entry point of a probe script: parse argv, run, write the result or the usage error."""
+C = TypeVar("C")
+
+
+def probe_main(run: Callable[[C], dict[str, Any]], config_type: type[C]) -> None:
+    """Entry point of a probe script: parse argv, load its config as `config_type`, run, write the
+    result or the usage error. A config it cannot load is the probe's failure (the doctor sent it)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", required=True)
     parser.add_argument("--out", required=True)
@@ -122,7 +129,7 @@ def probe_main(run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         config = json.load(handle)
     try:
         try:
-            payload = run(config)
+            payload = run(load_config(config_type, config))
         except ModuleNotFoundError as exc:
             raise missing_package(exc, sys.executable) or exc from None
     except BadInput as exc:  # a UsageError, or a MissingPackage

@@ -80,19 +80,6 @@ class FlaState(TypedDict):
 # ---- check-compile ----
 
 
-class ShapeRecord(TypedDict):
-    """shapes.AttentionShape: the attention shape the target was called at."""
-
-    batch: int
-    heads: int
-    kv_heads: int
-    q_len: int
-    kv_len: int
-    head_dim: int
-    dtype: str
-    block_size: int
-
-
 class CallPlanRecord(TypedDict):
     """call_plan.CallPlan.to_dict: how check-compile called the target."""
 

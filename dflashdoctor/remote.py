@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dflashdoctor.errors import BadInput
+from dflashdoctor.probe_configs import ProbeConfig, to_json
 
 MARKER = "@@dflashdoctor-result@@"
 # matched whole (fullmatch): `$` alone would also take a spec that ends in a newline ("host\n")
@@ -56,7 +57,7 @@ class SshTarget:
         return ["ssh", "-o", "BatchMode=yes", *options, *port, "--", destination]
 
 
-def _bundle(package: Path, probes: Path, config: dict[str, Any]) -> bytes:
+def _bundle(package: Path, probes: Path, config: ProbeConfig) -> bytes:
     """The package and the probes, without caches; the config beside them."""
     buffer = io.BytesIO()
 
@@ -66,7 +67,7 @@ def _bundle(package: Path, probes: Path, config: dict[str, Any]) -> bytes:
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         tar.add(package, arcname="dflashdoctor", filter=skip_caches)
         tar.add(probes, arcname="probes", filter=skip_caches)
-        data = json.dumps(config).encode()
+        data = to_json(config).encode()
         info = tarfile.TarInfo("config.json")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
@@ -107,7 +108,7 @@ class RemoteRun:
 def run_remote(
     target: SshTarget,
     script: str,  # the probe's file in probes/
-    config: dict[str, Any],
+    config: ProbeConfig,
     *,
     python: str,
     package: Path,

@@ -32,6 +32,7 @@ from dflashdoctor.bytecode import GIVEN_VARIABLE, PROBE_PACKAGES, private_pycach
 from dflashdoctor.forkserver.client import HostedChild, current_host
 from dflashdoctor.forkserver.server import READ_WHEN_USED
 from dflashdoctor.leftovers import Lineage, stop_leftovers
+from dflashdoctor.probe_configs import ProbeConfig, to_json
 from dflashdoctor.probe_support import PARENT_VARIABLE
 from dflashdoctor.processes import kill_with_group, output_tail
 from dflashdoctor.records import LeftRunningRecord
@@ -143,7 +144,7 @@ def bytecode_env(python: str, packages: tuple[str, ...] = PROBE_PACKAGES) -> dic
 def run_probe(
     probe: str,
     script: str,
-    config: dict[str, Any],
+    config: ProbeConfig,
     *,
     python: str,
     timeout_s: float,
@@ -177,7 +178,7 @@ def run_probe(
     with tempfile.TemporaryDirectory(prefix="dflashdoctor-") as tmp:
         work = Path(tmp)
         config_path, out_path = work / "config.json", work / "result.json"
-        config_path.write_text(json.dumps(config), encoding="utf-8")
+        config_path.write_text(to_json(config), encoding="utf-8")
         argv = [python, str(probes_dir() / script), "--config", str(config_path), "--out", str(out_path)]
         started = time.monotonic()
         marker = f"{PROBE_MARKER}={secrets.token_hex(8)}"

@@ -16,6 +16,7 @@ from dflashdoctor.codes import finding
 from dflashdoctor.errors import BadInput, MissingPackage
 from dflashdoctor.judges.leftovers import left_running_finding
 from dflashdoctor.observations import ObservationsError, load
+from dflashdoctor.probe_configs import ProbeConfig
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.probe_support import missing_package
 from dflashdoctor.redaction import redact_argv, redact_text
@@ -145,7 +146,7 @@ def probe_python(python: str | None, ssh: str | None = None) -> str:
 def probe_into_report(
     report: Report,
     spec: ProbeSpec,
-    config: dict[str, Any],
+    config: ProbeConfig,
     *,
     python: str,
     timeout_s: float,

@@ -2,11 +2,16 @@
 
 Standard library only: the doctor validates what it can before starting a probe, and the probe
 applies the device defaults once it knows which device `auto` became.
+
+`AttentionShape` is the one definition of the shape: check-compile's options (`--batch` ...
+`--dtype`, with their help) and the gate's `shape` keys are its OPTION_FIELDS, and check-compile's
+observations keep it as it is (the JSON of its fields).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+import typing
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any
 
 DTYPES = ("bfloat16", "float16", "float32", "float64")
@@ -14,16 +19,21 @@ DEVICES = ("auto", "cpu", "cuda")
 MASKS = ("dflash", "causal", "none")
 
 
+def _option(help: str) -> Any:
+    """A field the user sets (check-compile's `--<name>`, the gate's `shape.<name>`), and its help."""
+    return field(metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class AttentionShape:
-    batch: int
-    heads: int
-    kv_heads: int
-    q_len: int
-    kv_len: int
-    head_dim: int
-    dtype: str
-    block_size: int = 16
+    batch: int = _option("Batch size")
+    heads: int = _option("Query heads")
+    kv_heads: int = _option("Key/value heads")
+    q_len: int = _option("Query length")
+    kv_len: int = _option("Key/value length")
+    head_dim: int = _option("Head dimension")
+    dtype: str = _option(f"{', '.join(DTYPES[:-1])} or {DTYPES[-1]}")
+    block_size: int = 16  # the DFlash mask's draft block: no option sets it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,13 +60,17 @@ def shape_with(device: str, overrides: dict[str, Any]) -> AttentionShape:
     return replace(default_shape(device), **given)
 
 
+# The fields a user sets, in their options' order, and every field's type (an option's too).
+OPTION_FIELDS: tuple[Field[Any], ...] = tuple(f for f in fields(AttentionShape) if "help" in f.metadata)
+FIELD_TYPES: dict[str, type] = typing.get_type_hints(AttentionShape)
+
 # No tensor dimension torch indexes with 32-bit kernels goes past this; nothing real comes near it.
 MAX_SIZE = 2**31 - 1
 
 
 def shape_problem(shape: AttentionShape, mask: str) -> str | None:
     """Why this shape cannot run, in one line, or None when it can."""
-    for name in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "block_size"):
+    for name in (name for name, kind in FIELD_TYPES.items() if kind is int):
         value = getattr(shape, name)
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIZE:
             return f"--{name.replace('_', '-')} must be a whole number from 1 to {MAX_SIZE} (got {value!r})"

@@ -14,14 +14,15 @@ from dflashdoctor.cache.observations import CacheObservations
 from dflashdoctor.cache.roots import described
 from dflashdoctor.cache.scan import installed_triton, scan_roots
 from dflashdoctor.observations import dump
+from dflashdoctor.probe_configs import CacheCheckConfig
 from dflashdoctor.probe_support import probe_main
 
 
-def run(config: dict[str, Any]) -> dict[str, Any]:
-    paths = {key: Path(config[key]) if config.get(key) else None for key in ("triton_dir", "inductor_dir")}
-    roots, scans, facts = scan_roots(os.environ, paths["triton_dir"], paths["inductor_dir"], config["all_roots"])
+def run(config: CacheCheckConfig) -> dict[str, Any]:
+    triton_dir, inductor_dir = (Path(path) if path else None for path in (config.triton_dir, config.inductor_dir))
+    roots, scans, facts = scan_roots(os.environ, triton_dir, inductor_dir, config.all_roots)
     return dump(CacheObservations(scans=scans, facts=facts, roots=described(roots), triton=installed_triton()))
 
 
 if __name__ == "__main__":
-    probe_main(run)
+    probe_main(run, CacheCheckConfig)

@@ -35,6 +35,7 @@ from dflashdoctor.hooks.dynamo_watch import DynamoWatch  # noqa: E402
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder  # noqa: E402
 from dflashdoctor.hooks.memory import PeakMemory  # noqa: E402
 from dflashdoctor.observations import CheckCompileObservations, dump  # noqa: E402
+from dflashdoctor.probe_configs import CheckCompileConfig  # noqa: E402
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device  # noqa: E402
 from dflashdoctor.records import Phase  # noqa: E402
 from dflashdoctor.redaction import redact_text  # noqa: E402
@@ -94,11 +95,11 @@ def _error_site(exc: BaseException) -> dict[str, Any] | None:
 
 
 class CheckCompileProbe:
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: CheckCompileConfig) -> None:
         self.config = config
-        self.device = resolve_device(config["device"])
-        self.shape = shape_with(self.device, config["shape"])
-        problem = shape_problem(self.shape, config["mask"])
+        self.device = resolve_device(config.device)
+        self.shape = shape_with(self.device, config.shape)
+        problem = shape_problem(self.shape, config.mask)
         if problem:
             raise UsageError(problem)
         self.backward = self.device != "cpu"  # torch has no flex_attention backward on CPU
@@ -183,16 +184,16 @@ class CheckCompileProbe:
 
     def run(self) -> CheckCompileObservations:
         setup_started = time.perf_counter()
-        target, module, attr = resolve(self.config["target"])
+        target, module, attr = resolve(self.config.target)
         shape = self.shape
         with self._allocating():
             q, k, v = _inputs(shape, self.device, shape.kv_len, self.backward, seed=0)
-        self.plan = plan_target_call(target, self.config["target"], shape.heads, shape.kv_heads)
-        info = describe(target, module, attr, self.config["target"])
+        self.plan = plan_target_call(target, self.config.target, shape.heads, shape.kv_heads)
+        info = describe(target, module, attr, self.config.target)
         info.call = self.plan.to_dict()
         self.watch = DynamoWatch()
         with self._allocating():
-            mask = build_block_mask(self.config["mask"], shape.q_len, shape.kv_len, self.device, shape.block_size)
+            mask = build_block_mask(self.config.mask, shape.q_len, shape.kv_len, self.device, shape.block_size)
         setup_s = time.perf_counter() - setup_started
         vary: list[dict[str, Any]] = []
         numerics: dict[str, Any] = {}
@@ -209,8 +210,8 @@ class CheckCompileProbe:
             device_name=torch.cuda.get_device_name() if self.device == "cuda" else "cpu",
             torch=torch.__version__,
             python=sys.version.split()[0],
-            shape=shape.to_dict(),
-            mask=self.config["mask"],
+            shape=shape,
+            mask=self.config.mask,
             backward_checked=self.backward,
             target=info.to_dict(),
             hook_unavailable=self.dense.unavailable,
@@ -294,9 +295,9 @@ class CheckCompileProbe:
         shape = self.shape
         step = max(shape.block_size, (shape.kv_len // 16) // shape.block_size * shape.block_size)
         calls = []
-        for i in range(self.config["vary"]):
+        for i in range(self.config.vary):
             kv_len = shape.kv_len + (i + 1) * step
-            mask = build_block_mask(self.config["mask"], shape.q_len, kv_len, self.device, shape.block_size)
+            mask = build_block_mask(self.config.mask, shape.q_len, kv_len, self.device, shape.block_size)
             q, k, v = _inputs(shape, self.device, kv_len, self.backward, seed=10 + i)
             name = Phase.vary(kv_len)
             before = len(self.dense.events)
@@ -315,9 +316,9 @@ class CheckCompileProbe:
         return calls
 
 
-def run(config: dict[str, Any]) -> dict[str, Any]:
+def run(config: CheckCompileConfig) -> dict[str, Any]:
     return dump(CheckCompileProbe(config).run())
 
 
 if __name__ == "__main__":
-    probe_main(run)
+    probe_main(run, CheckCompileConfig)

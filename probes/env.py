@@ -26,6 +26,7 @@ from dflashdoctor.cache.environment import NETWORK_FILESYSTEMS, mount_of, untrus
 from dflashdoctor.cache.roots import resolve_roots
 from dflashdoctor.fla_guards import fla_state
 from dflashdoctor.observations import EnvObservations, dump
+from dflashdoctor.probe_configs import NoConfig
 from dflashdoctor.probe_support import probe_main
 from dflashdoctor.redaction import redact_variables
 
@@ -163,7 +164,7 @@ def _cache_roots() -> list[dict[str, Any]]:
     return rows
 
 
-def run(_config: dict[str, Any]) -> dict[str, Any]:  # env takes no options
+def run(_config: NoConfig) -> dict[str, Any]:  # env takes no options
     listed, driver = _smi_gpus()
     return dump(
         EnvObservations(
@@ -189,4 +190,4 @@ def run(_config: dict[str, Any]) -> dict[str, Any]:  # env takes no options
 
 
 if __name__ == "__main__":
-    probe_main(run)
+    probe_main(run, NoConfig)

@@ -28,6 +28,7 @@ from dflashdoctor.autotune.stub_kernel import autotuned_add, launch
 from dflashdoctor.autotune.trials import run_trial
 from dflashdoctor.errors import MissingPackage
 from dflashdoctor.observations import RaceObservations, dump
+from dflashdoctor.probe_configs import RaceConfig
 from dflashdoctor.probe_support import UsageError, probe_main
 from dflashdoctor.reference import target_pairs
 from dflashdoctor.targets import resolve
@@ -50,12 +51,12 @@ def _why_no_fla(kernel: str, gpus: int) -> str | None:
     return None
 
 
-def _real_kernels(config: dict[str, Any], observations: dict[str, Any]) -> None:
+def _real_kernels(config: RaceConfig, observations: dict[str, Any]) -> None:
     """FLA's, the reference target's or the user's autotuned workload: cold trials in a trial host,
     one thread per GPU if several."""
     import torch
 
-    kernel, gpus = config["kernel"], torch.cuda.device_count()
+    kernel, gpus = config.kernel, torch.cuda.device_count()
     if kernel in ("fla", "reference"):
         skipped = _why_no_fla(kernel, gpus)
         if skipped:
@@ -64,34 +65,34 @@ def _real_kernels(config: dict[str, Any], observations: dict[str, Any]) -> None:
         observations["live_autotuners"] = live_autotuners("fla")
     else:
         resolve(kernel)  # a TARGET that does not resolve is bad input, before any trial
-    threads = config["threads"]
+    threads = config.threads
     devices = [f"cuda:{i}" for i in range(min(gpus, threads))] or ["cpu"]
     observations["devices"] = devices
     if kernel == "reference":
         observations["reference"] = {
-            "switch": target_pairs.describe(config["fix"]),
+            "switch": target_pairs.describe(config.fix),
             **target_pairs.model_info(devices[0]),
         }
     observations["kernel_trials"] = kernel_trials(
         {"fla": FLA_TARGET, "reference": target_pairs.TARGET_SPEC}.get(kernel, kernel),
         threads=threads,
-        fix=config["fix"],
-        trials=max(1, config["trials"]),
+        fix=config.fix,
+        trials=max(1, config.trials),
         devices=devices,
         interpret=not gpus,  # no GPU: the target's triton kernels run in the interpreter
-        budget_s=config["trials_budget_s"],
-        binaries_dir=config["binaries_dir"],
+        budget_s=config.trials_budget_s,
+        binaries_dir=config.binaries_dir,
     )
 
 
-def run(config: dict[str, Any]) -> dict[str, Any]:
+def run(config: RaceConfig) -> dict[str, Any]:
     if importlib.util.find_spec("triton") is None:
         raise MissingPackage("triton", "triton is not importable in the probed interpreter: `pip install triton`")
     try:
         importlib.import_module("triton")
     except Exception as exc:  # installed but broken: a problem to show, not a probe to skip
         raise UsageError(f"triton is installed but fails to import: {type(exc).__name__}: {exc}") from exc
-    threads, fix, seed, kernel = config["threads"], config["fix"], config["seed"], config["kernel"]
+    threads, fix, seed, kernel = config.threads, config.fix, config.seed, config.kernel
     observations: dict[str, Any] = {
         "python": sys.version.split()[0],
         "torch": _version("torch"),
@@ -112,11 +113,11 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     observations["forced_unfixed"] = trial(True, "none", seed)
     if fix != "none":
         observations["forced_fixed"] = trial(True, fix, seed)
-    observations["natural"] = [trial(False, fix, seed + 1000 * (i + 1)) for i in range(config["trials"])]
-    if config["processes"]:
-        observations["processes"] = run_processes(config["processes"], seed)
+    observations["natural"] = [trial(False, fix, seed + 1000 * (i + 1)) for i in range(config.trials)]
+    if config.processes:
+        observations["processes"] = run_processes(config.processes, seed)
     return dump(RaceObservations(**observations))
 
 
 if __name__ == "__main__":
-    probe_main(run)
+    probe_main(run, RaceConfig)

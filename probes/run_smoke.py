@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dflashdoctor.budgets import Budgets
 from dflashdoctor.gate.run_smoke import run_section
+from dflashdoctor.probe_configs import RunSmokeConfig
 from dflashdoctor.probe_support import UsageError, probe_main
 
 
-def run(config: dict[str, Any]) -> dict[str, Any]:
-    folder = config["cwd"]
+def run(config: RunSmokeConfig) -> dict[str, Any]:
+    folder = config.cwd
     try:
         os.chdir(folder)
     except OSError as exc:
@@ -22,10 +22,9 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
             f"run in the gate starts the command in {folder!r} on every node, and this node has no such folder "
             f"({exc.strerror}): gate from a folder the nodes share"
         ) from None
-    budgets = Budgets(**config["budgets"])
-    report = run_section(config["command"], config["steps"], config["timeout_s"], budgets, config["argv"])
+    report = run_section(config.command, config.steps, config.timeout_s, config.budgets, config.argv)
     return {"report": report.to_dict(), "observations": report.observations}
 
 
 if __name__ == "__main__":
-    probe_main(run)
+    probe_main(run, RunSmokeConfig)

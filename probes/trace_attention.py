@@ -36,6 +36,7 @@ from dflashdoctor.hooks.hf_attention import TORCH_FALLBACK, HFAttentionRecorder
 from dflashdoctor.hooks.module_names import ModuleNamer
 from dflashdoctor.models import build_config, drafter_dimensions, is_frozen_target
 from dflashdoctor.observations import TraceAttentionObservations, dump
+from dflashdoctor.probe_configs import TraceAttentionConfig
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device
 from dflashdoctor.redaction import redact_text
 from dflashdoctor.reference.drafter_step import BLOCK_SIZE, make_drafter_step
@@ -46,8 +47,8 @@ _MIN_DRAFT_BLOCKS = 8  # 128 draft tokens
 _GRADIENT_ROOM = 1.25  # gradients as large as the weights, plus a quarter for activations
 
 
-def _scale(config: dict[str, Any], device: str) -> str:
-    return config["scale"] if config["scale"] != "auto" else ("full" if device == "cuda" else "tiny")
+def _scale(config: TraceAttentionConfig, device: str) -> str:
+    return config.scale if config.scale != "auto" else ("full" if device == "cuda" else "tiny")
 
 
 def _bind_transformers_first() -> None:
@@ -94,32 +95,35 @@ def _why_no_backward(model: torch.nn.Module, device: str, impl: str) -> str | No
     return None
 
 
-def _trace_model(config: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
+def _trace_model(
+    config: TraceAttentionConfig, spec: str, device: str, dense: DenseFlexRecorder, namer: ModuleNamer
+) -> dict[str, Any]:
+    """`spec` (config.model, set): the preset, config.json or model folder traced."""
     scale = _scale(config, device)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     fla = fla_state(device)
     # where FLA's kernels cannot run, the layers are built on transformers' torch fallback; the report says so
     with fla_kept_out(when=fla is not None and not fla["usable"]):
-        model, refusal = _build(lambda: build_config(config["model"], scale), device, dtype)
+        model, refusal = _build(lambda: build_config(spec, scale), device, dtype)
     model_config = model.config
     impl = model_config._attn_implementation
-    asked = config["backward"]
-    if asked is False or (asked is None and is_frozen_target(config["model"])):
+    asked = config.backward
+    if asked is False or (asked is None and is_frozen_target(spec)):
         no_backward: str | None = "not asked for" if asked is False else "a frozen target: as in DFlash training"
-    elif config.get("drafter"):
+    elif config.drafter:
         no_backward = "the target of a drafter is frozen: forward under no_grad, as in DFlash training"
     else:
         no_backward = _why_no_backward(model, device, impl)
     backward = no_backward is None
     model.train(backward)
     namer.add_root(model)
-    seq_len = config["seq_len"]
+    seq_len = config.seq_len
     generator = torch.Generator().manual_seed(0)
     error = refused = None
     stage = "the first step"
     with HFAttentionRecorder(model, dense, namer) as recorder:
         try:
-            for step in range(config["steps"]):
+            for step in range(config.steps):
                 dense.phase = f"model:step{step}"
                 stage = f"the forward of step {step}"
                 ids = torch.randint(0, model_config.vocab_size, (1, seq_len), generator=generator).to(device)
@@ -139,7 +143,7 @@ def _trace_model(config: dict[str, Any], device: str, dense: DenseFlexRecorder, 
         "fla_refused": refused,
         "fla": fla,
         "no_backward": no_backward,
-        "model": config["model"],
+        "model": spec,
         "scale": scale,
         "model_class": type(model).__name__,
         "model_type": model_config.model_type,
@@ -196,14 +200,15 @@ def _run_script(path: str, args: list[str]) -> tuple[dict[str, Any], BaseExcepti
     return module.__dict__, error
 
 
-def _trace_script(config: dict[str, Any], dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
-    """The user's script, with every transformers model it builds listed and hooked as it is built.
+def _trace_script(script: str, args: list[str], dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
+    """The user's script run with `args`, with every transformers model it builds listed and hooked
+    as it is built.
 
     Where FLA's kernels cannot run (its platform decides: the script picks its own device), FLA is
     kept from importing for the whole script, as for a preset, so that its models bind transformers'
     torch fallback; the report says so where it mattered.
     """
-    path = os.path.abspath(config["script"])
+    path = os.path.abspath(script)
     _bind_transformers_first()
     dense.phase = "script"
     keep_out = fla_unusable_on("cuda")
@@ -213,7 +218,7 @@ def _trace_script(config: dict[str, Any], dense: DenseFlexRecorder, namer: Modul
         FlexCallRecorder(dense, namer, watch_exec=True) as flex,
     ):
         flex.seen_by_interface = hf.in_interface_call
-        namespace, exc = _run_script(path, config["script_args"])
+        namespace, exc = _run_script(path, args)
     flex.name_wrappers({path: namespace})
     layers = hf.layers()
     stopped_import = _fla_import_stopped(exc) if keep_out else None
@@ -251,20 +256,22 @@ def _fla_import_stopped(exc: BaseException | None) -> dict[str, Any] | None:
     }
 
 
-def _trace_drafter(config: dict[str, Any], device: str, dense: DenseFlexRecorder, namer: ModuleNamer) -> dict[str, Any]:
+def _trace_drafter(
+    config: TraceAttentionConfig, device: str, dense: DenseFlexRecorder, namer: ModuleNamer
+) -> dict[str, Any]:
     """`steps` reference DFlash drafter steps, with its fault switch, shaped like the qwen27b-dflash preset."""
     scale = _scale(config, device)
     dimensions = drafter_dimensions("qwen27b-dflash", scale)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    backward = config["backward"] is not False and device != "cpu"  # flex_attention has no CPU backward
+    backward = config.backward is not False and device != "cpu"  # flex_attention has no CPU backward
     # The drafter reads the target's hidden states as context and drafts a quarter as many tokens, at
     # least 128: fewer queries take Inductor's flex-decoding kernel, which on torch 2.11 and an H200
     # has no valid config for a training call (NoValidChoicesError measured at 64 queries).
-    context_len = config["seq_len"]
+    context_len = config.seq_len
     blocks = max(_MIN_DRAFT_BLOCKS, context_len // (4 * BLOCK_SIZE))
     # Only the hf-flex-path fault calls into transformers: the other drafters leave it unimported
     # (on an H200 that import cost seconds of the gate's longest probe).
-    through_hf = config.get("drafter_fault") == "hf-flex-path" or "transformers" in sys.modules
+    through_hf = config.drafter_fault == "hf-flex-path" or "transformers" in sys.modules
     if through_hf:
         _bind_transformers_first()
     dense.phase = "drafter"
@@ -275,16 +282,16 @@ def _trace_drafter(config: dict[str, Any], device: str, dense: DenseFlexRecorder
             flex.seen_by_interface = hf.in_interface_call
         try:
             _, step = make_drafter_step(
-                dimensions, device, dtype, config.get("drafter_fault"), backward, blocks=blocks, context_len=context_len
+                dimensions, device, dtype, config.drafter_fault, backward, blocks=blocks, context_len=context_len
             )
-            for _ in range(config["steps"]):
+            for _ in range(config.steps):
                 step()
         except Exception as exc:  # kept as a finding with the sites seen so far
             error = _error_record(exc)
     flex.name_wrappers({})
     return {
         "error": error,
-        "fault": config.get("drafter_fault"),
+        "fault": config.drafter_fault,
         "scale": scale,
         "backward": backward,
         "q_len": blocks * BLOCK_SIZE,
@@ -296,12 +303,12 @@ def _trace_drafter(config: dict[str, Any], device: str, dense: DenseFlexRecorder
     }
 
 
-def run(config: dict[str, Any]) -> dict[str, Any]:
-    device = resolve_device(config["device"])
-    if config.get("expect_wrapper"):  # a wrapper that names nothing would fail every site, wrongly
-        problem = unbound_problem(config["expect_wrapper"])
+def run(config: TraceAttentionConfig) -> dict[str, Any]:
+    device = resolve_device(config.device)
+    if config.expect_wrapper:  # a wrapper that names nothing would fail every site, wrongly
+        problem = unbound_problem(config.expect_wrapper)
         if problem:
-            raise UsageError(f"--expect-wrapper {config['expect_wrapper']}: {problem}")
+            raise UsageError(f"--expect-wrapper {config.expect_wrapper}: {problem}")
     namer = ModuleNamer()
     dense = DenseFlexRecorder(skip_files=(__file__, probe_support.__file__), measure_memory=True, namer=namer)
     observations: dict[str, Any] = {
@@ -309,18 +316,18 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         "torch": torch.__version__,
         "python": sys.version.split()[0],
         "transformers": _transformers_version(),
-        "expect_wrapper": config.get("expect_wrapper"),
+        "expect_wrapper": config.expect_wrapper,
     }
     watch = DynamoWatch()  # graph breaks in the traced run: the recorders must add none
     replay = FixReplay(dense)  # each dense site's first call, kept to be replayed through the fix
     with dense:
         with replay:
-            if config.get("model"):
-                observations["traced_model"] = _trace_model(config, device, dense, namer)
-            if config.get("drafter"):
+            if config.model:
+                observations["traced_model"] = _trace_model(config, config.model, device, dense, namer)
+            if config.drafter:
                 observations["traced_drafter"] = _trace_drafter(config, device, dense, namer)
-            if config.get("script"):
-                observations["traced_script"] = _trace_script(config, dense, namer)
+            if config.script:
+                observations["traced_script"] = _trace_script(config.script, config.script_args, dense, namer)
         # the traced run's compiles and breaks, before the replay compiles anything of its own
         observations["compiles"] = watch.collect("traced")  # recompile-limit and skipped-frame causes
         observations["graph_breaks"] = dict(watch.graph_breaks)
@@ -342,4 +349,4 @@ def _transformers_version() -> str | None:
 
 
 if __name__ == "__main__":
-    probe_main(run)
+    probe_main(run, TraceAttentionConfig)

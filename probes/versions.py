@@ -13,6 +13,7 @@ from importlib import metadata
 from typing import Any
 
 from dflashdoctor.observations import VersionsObservations, dump
+from dflashdoctor.probe_configs import NoConfig
 from dflashdoctor.probe_support import first_line, probe_main
 
 # The distributions a compiled-attention training run rests on, and those they pin.
@@ -103,7 +104,7 @@ def _checker() -> tuple[Any, str | None]:
     return check, getattr(packaging, "__version__", "unknown")
 
 
-def run(_config: dict[str, Any]) -> dict[str, Any]:
+def run(_config: NoConfig) -> dict[str, Any]:
     check, packaging_version = _checker()
     installed = _Installed()
     packages = [
@@ -122,4 +123,4 @@ def run(_config: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    probe_main(run)
+    probe_main(run, NoConfig)

@@ -29,6 +29,7 @@ from typing import Any
 
 from dflashdoctor.autotune.kernel_trial import POISONED, has_binaries, tuning_files
 from dflashdoctor.autotune.trials import ThreadError, Trial
+from dflashdoctor.probe_configs import KernelTrialConfig, to_json
 from dflashdoctor.processes import output_tail
 
 _STDERR_TAIL = 4000
@@ -61,8 +62,8 @@ def kernel_trials(
         env.pop("TRITON_INTERPRET", None)
         if interpret:
             env["TRITON_INTERPRET"] = "1"
-        config = {"target": spec, "threads": threads, "fix": fix, "devices": devices, "trials": trials}
-        (work / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        config = KernelTrialConfig(target=spec, threads=threads, fix=fix, devices=devices, trials=trials)
+        (work / "config.json").write_text(to_json(config), encoding="utf-8")
 
         def allowance(index: int) -> float:
             """Seconds trial `index` may take from now: what is left, less the least each later trial keeps."""

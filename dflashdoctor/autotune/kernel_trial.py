@@ -2,9 +2,10 @@
 
     python -m dflashdoctor.autotune.kernel_trial CONFIG.json OUT_DIR FIRST
 
-The host imports the TARGET once (for FLA, `fla.ops`: about 10 s), then runs trials FIRST, FIRST+1,
-... up to the config's `trials`, writing `out-<i>.json` as each ends. Before each trial every live
-autotuner is made cold (cold_tuners.py) and the parent gave the series TRITON_CACHE_AUTOTUNING=0 and
+CONFIG.json is a probe_configs.KernelTrialConfig, loaded strictly. The host imports the TARGET once
+(for FLA, `fla.ops`: about 10 s), then runs trials FIRST, FIRST+1, ... up to the config's `trials`,
+writing `out-<i>.json` as each ends. Before each trial every live autotuner is made cold
+(cold_tuners.py) and the parent gave the series TRITON_CACHE_AUTOTUNING=0 and
 FLA_CACHE_RESULTS=0, so every trial tunes every key afresh, where the race lives; each trial checks
 both (what it benchmarked, any `*.autotune.json` that appeared on disk). The workload is a TARGET
 callable `fn(worker, device) -> tensor`; the threads start together, worker i on
@@ -30,6 +31,7 @@ import torch
 
 from dflashdoctor.autotune.cold_tuners import benchmarked, entered_warm, live_tuners, make_cold
 from dflashdoctor.autotune.trials import Trial, outputs_equal, run_threads
+from dflashdoctor.probe_configs import KernelTrialConfig, load_config
 from dflashdoctor.targets import resolve
 
 POISONED = 4  # exit status: the last trial left a device unusable; the next needs a fresh process
@@ -71,13 +73,13 @@ def _devices_usable(devices: list[str]) -> str | None:
     return None
 
 
-def one_trial(target: Any, config: dict[str, Any], triton_cache: Path, fresh_process: bool) -> dict[str, Any]:
+def one_trial(target: Any, config: KernelTrialConfig, triton_cache: Path, fresh_process: bool) -> dict[str, Any]:
     """One cold trial in this process, with what shows it was cold."""
     cleared = make_cold(live_tuners())
     tuned_before = tuning_files(triton_cache)
     compiled_before = has_binaries(triton_cache)
     started = time.perf_counter()
-    trial = run_kernel_trial(target, config["threads"], config["fix"], config["devices"])
+    trial = run_kernel_trial(target, config.threads, config.fix, config.devices)
     result = trial.to_dict()
     tuners = live_tuners()
     tuned = benchmarked(tuners)
@@ -102,12 +104,12 @@ def _write_whole(path: Path, document: dict[str, Any]) -> None:
 
 def main() -> int:
     config_path, out_dir, first = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    target, _, _ = resolve(config["target"])
+    config = load_config(KernelTrialConfig, json.loads(config_path.read_text(encoding="utf-8")))
+    target, _, _ = resolve(config.target)
     triton_cache = Path(os.environ["TRITON_CACHE_DIR"])
-    for index in range(first, config["trials"]):
+    for index in range(first, config.trials):
         result = one_trial(target, config, triton_cache, fresh_process=index == first)
-        broken = _devices_usable(config["devices"])
+        broken = _devices_usable(config.devices)
         if broken:
             result["device_unusable"] = broken
         _write_whole(out_dir / f"out-{index}.json", result)

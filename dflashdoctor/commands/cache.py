@@ -23,6 +23,7 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.cache import judge
 from dflashdoctor.limits import seconds_problem
 from dflashdoctor.observations import dump
+from dflashdoctor.probe_configs import CacheCheckConfig
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.records import RootFacts
 from dflashdoctor.report import Report
@@ -100,11 +101,11 @@ def _check_there(options: CacheOptions, argv: list[str], budgets: Budgets) -> Re
         raise BadInput(f"cache {options.action} changes files on this machine only: run it on {options.ssh} itself")
     started = time.monotonic()
     report = new_report("cache", argv)
-    config = {
-        "triton_dir": str(options.triton_dir) if options.triton_dir else None,
-        "inductor_dir": str(options.inductor_dir) if options.inductor_dir else None,
-        "all_roots": options.all_roots,
-    }
+    config = CacheCheckConfig(
+        triton_dir=str(options.triton_dir) if options.triton_dir else None,
+        inductor_dir=str(options.inductor_dir) if options.inductor_dir else None,
+        all_roots=options.all_roots,
+    )
     python = probe_python(options.python, options.ssh)
     probe_into_report(
         report, SPEC, config, python=python, timeout_s=options.timeout_s, budgets=budgets, ssh=options.ssh

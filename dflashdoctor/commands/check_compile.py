@@ -11,20 +11,30 @@ from dflashdoctor.judges.check_compile import judge
 from dflashdoctor.limits import MAX_VARY, count_problem
 from dflashdoctor.observations import CheckCompileObservations
 from dflashdoctor.options import cli
+from dflashdoctor.probe_configs import CheckCompileConfig
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.reference import DEFAULT_TARGET
 from dflashdoctor.session import PROBE_TIMEOUT_S
-from dflashdoctor.shapes import DEVICES, DTYPES, MASKS, AttentionShape, shape_problem, shape_with
-
-SHAPE_OPTIONS = (
-    ("batch", int, "Batch size [1]"),
-    ("heads", int, "Query heads [cuda 32, cpu 8]"),
-    ("kv_heads", int, "Key/value heads [cuda 8, cpu 2]"),
-    ("q_len", int, "Query length [cuda 2048, cpu 256]"),
-    ("kv_len", int, "Key/value length [cuda 10240, cpu 1280]"),
-    ("head_dim", int, "Head dimension [cuda 128, cpu 64]"),
-    ("dtype", str, "bfloat16, float16, float32 or float64 [cuda bfloat16, cpu float32]"),
+from dflashdoctor.shapes import (
+    DEVICES,
+    DTYPES,
+    FIELD_TYPES,
+    MASKS,
+    OPTION_FIELDS,
+    default_shape,
+    shape_problem,
+    shape_with,
 )
+
+
+def _defaults(name: str) -> str:
+    """An option's defaults, read from the device shapes."""
+    cuda, cpu = getattr(default_shape("cuda"), name), getattr(default_shape("cpu"), name)
+    return f"[{cuda}]" if cuda == cpu else f"[cuda {cuda}, cpu {cpu}]"
+
+
+# --batch ... --dtype: AttentionShape's option fields, with their help and the devices' defaults
+SHAPE_OPTIONS = tuple((f.name, FIELD_TYPES[f.name], f"{f.metadata['help']} {_defaults(f.name)}") for f in OPTION_FIELDS)
 
 
 @dataclass
@@ -65,15 +75,15 @@ def validate(options: CheckCompileOptions) -> None:
         raise BadInput(problem)
 
 
-def probe_config(options: CheckCompileOptions) -> dict[str, Any]:
-    known = set(AttentionShape.__dataclass_fields__)
-    return {
-        "target": options.target,
-        "device": options.device,
-        "shape": {k: v for k, v in options.shape.items() if k in known and v is not None},
-        "mask": options.mask,
-        "vary": options.vary,
-    }
+def probe_config(options: CheckCompileOptions) -> CheckCompileConfig:
+    known = {f.name for f in OPTION_FIELDS}
+    return CheckCompileConfig(
+        target=options.target,
+        device=options.device,
+        shape={k: v for k, v in options.shape.items() if k in known and v is not None},
+        mask=options.mask,
+        vary=options.vary,
+    )
 
 
 def subject(options: CheckCompileOptions) -> dict[str, str]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from dflashdoctor.judges.env import judge
 from dflashdoctor.observations import EnvObservations
+from dflashdoctor.probe_configs import NoConfig
 from dflashdoctor.probe_spec import ProbeSpec
 
 
@@ -17,8 +18,8 @@ class EnvOptions:
     timeout_s: float = 120.0
 
 
-def probe_config(_options: EnvOptions) -> dict[str, str]:
-    return {}
+def probe_config(_options: EnvOptions) -> NoConfig:
+    return NoConfig()
 
 
 SPEC = ProbeSpec(

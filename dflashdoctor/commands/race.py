@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dflashdoctor.autotune import FIXES, KERNELS
 from dflashdoctor.errors import BadInput
@@ -12,6 +11,7 @@ from dflashdoctor.judges.race import judge
 from dflashdoctor.limits import MAX_TRIALS, count_problem
 from dflashdoctor.observations import RaceObservations
 from dflashdoctor.options import cli
+from dflashdoctor.probe_configs import RaceConfig
 from dflashdoctor.probe_spec import ProbeSpec
 
 MAX_THREADS = 64
@@ -64,17 +64,17 @@ def validate(options: RaceOptions) -> None:
         raise BadInput(f"--processes must be 0 (off) or a whole number from 2 to {MAX_THREADS}")
 
 
-def probe_config(options: RaceOptions) -> dict[str, Any]:
-    return {
-        "threads": options.threads,
-        "kernel": options.kernel,
-        "trials": options.trials,
-        "fix": options.fix,
-        "seed": options.seed,
-        "processes": options.processes,
-        "trials_budget_s": max(60.0, options.timeout_s - _PROBE_MARGIN_S),
-        "binaries_dir": str(options.binaries_dir.resolve()) if options.binaries_dir else None,
-    }
+def probe_config(options: RaceOptions) -> RaceConfig:
+    return RaceConfig(
+        threads=options.threads,
+        kernel=options.kernel,
+        trials=options.trials,
+        fix=options.fix,
+        seed=options.seed,
+        processes=options.processes,
+        trials_budget_s=max(60.0, options.timeout_s - _PROBE_MARGIN_S),
+        binaries_dir=str(options.binaries_dir.resolve()) if options.binaries_dir else None,
+    )
 
 
 def subject(options: RaceOptions) -> dict[str, str]:

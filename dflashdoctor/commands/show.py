@@ -12,8 +12,10 @@ from typing import Any
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.plots import peak_plot
 from dflashdoctor.judges.tables import call_site_charts, call_site_table, shape_subject
+from dflashdoctor.observations import load
 from dflashdoctor.placed_files import PlacedFileError, read_placed
 from dflashdoctor.report import SCHEMA, Report
+from dflashdoctor.shapes import AttentionShape
 
 _MOST_BYTES = 256 * 2**20  # a report is kilobytes; a run's with many processes, a few megabytes
 # Reports nest 11 deep (a finding's evidence in a section); every renderer walks a report recursively
@@ -78,6 +80,7 @@ def _fill_earlier_sections(report: Report, sections: list[dict[str, Any]]) -> No
             result.tables = [call_site_table(sites)]
         if "subject" not in section and shape:
             mask = str(result.measurements.get("mask") or "?")
+            shape = load(AttentionShape, shape)  # as that version kept it: a key it added is no damage
             result.subject = shape_subject(env.get("device", "?"), env.get("device_name", "?"), shape, mask)
         if "plots" in section:  # written by a version that made its own charts and links
             continue

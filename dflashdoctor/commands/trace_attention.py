@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.trace_attention import judge
@@ -12,6 +11,7 @@ from dflashdoctor.limits import MAX_STEPS, count_problem
 from dflashdoctor.models import SCALES, config_source, preset_names
 from dflashdoctor.observations import TraceAttentionObservations
 from dflashdoctor.options import cli
+from dflashdoctor.probe_configs import TraceAttentionConfig
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.reference import DRAFTER_FAULTS
 from dflashdoctor.session import PROBE_TIMEOUT_S
@@ -98,20 +98,20 @@ def traced_model(options: TraceAttentionOptions) -> str | None:
     return options.model
 
 
-def probe_config(options: TraceAttentionOptions) -> dict[str, Any]:
-    return {
-        "model": traced_model(options),
-        "scale": options.scale,
-        "device": options.device,
-        "backward": options.backward,
-        "steps": options.steps,
-        "seq_len": options.seq_len,
-        "script": options.script,
-        "script_args": options.script_args,
-        "expect_wrapper": options.expect_wrapper,
-        "drafter": options.drafter,
-        "drafter_fault": options.drafter_fault,
-    }
+def probe_config(options: TraceAttentionOptions) -> TraceAttentionConfig:
+    return TraceAttentionConfig(
+        model=traced_model(options),
+        scale=options.scale,
+        device=options.device,
+        backward=options.backward,
+        steps=options.steps,
+        seq_len=options.seq_len,
+        script=options.script,
+        script_args=options.script_args,
+        expect_wrapper=options.expect_wrapper,
+        drafter=options.drafter,
+        drafter_fault=options.drafter_fault,
+    )
 
 
 def subject(options: TraceAttentionOptions) -> dict[str, str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from dflashdoctor.judges.versions import judge
 from dflashdoctor.observations import VersionsObservations
+from dflashdoctor.probe_configs import NoConfig
 from dflashdoctor.probe_spec import ProbeSpec
 
 
@@ -18,8 +19,8 @@ class VersionsOptions:
     timeout_s: float = 60.0  # it reads package metadata and imports nothing of the stack
 
 
-def probe_config(_options: VersionsOptions) -> dict[str, str]:
-    return {}
+def probe_config(_options: VersionsOptions) -> NoConfig:
+    return NoConfig()
 
 
 SPEC = ProbeSpec(

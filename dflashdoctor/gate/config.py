@@ -22,11 +22,11 @@ from dflashdoctor.gate.nodes import NODES_IN_FLIGHT
 from dflashdoctor.gate.run_smoke import run_command
 from dflashdoctor.limits import MAX_STEPS, MAX_VARY, count_problem, seconds_problem
 from dflashdoctor.session import PROBE_TIMEOUT_S
-from dflashdoctor.shapes import DEVICES, DTYPES, MASKS
+from dflashdoctor.shapes import DEVICES, DTYPES, MASKS, OPTION_FIELDS
 
 # The probes the gate runs, in the order of its report; `run` runs after them when configured.
 GATE_PROBES = ("env", "check-compile", "trace-attention", "race", "cache")
-SHAPE_KEYS = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype")  # check-compile's options
+SHAPE_KEYS = tuple(f.name for f in OPTION_FIELDS)  # check-compile's shape options
 
 ProbeOptions = EnvOptions | CheckCompileOptions | TraceAttentionOptions | RaceOptions | CacheOptions
 

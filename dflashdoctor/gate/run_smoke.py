@@ -28,12 +28,12 @@ import os
 import shlex
 import shutil
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.commands.run import RunOptions, run
 from dflashdoctor.errors import BadInput
+from dflashdoctor.probe_configs import RunSmokeConfig
 from dflashdoctor.remote import SshTarget
 from dflashdoctor.report import Report
 from dflashdoctor.runner import run_probe
@@ -126,14 +126,9 @@ def remote_run_section(
     """The smoke on another node (probes/run_smoke.py), in this folder there; judged there with these
     budgets by this same package, which travels with the probe. A node where it cannot start is the
     node's finding, as for any probe."""
-    config = {
-        "command": command,
-        "steps": steps,
-        "timeout_s": timeout_s,
-        "budgets": asdict(budgets),
-        "cwd": os.getcwd(),
-        "argv": argv,
-    }
+    config = RunSmokeConfig(
+        command=command, steps=steps, timeout_s=timeout_s, budgets=budgets, cwd=os.getcwd(), argv=argv
+    )
     probe = run_probe(
         "run", "run_smoke.py", config, python=python, timeout_s=timeout_s + _START_S, ssh=SshTarget.parse(ssh)
     )

@@ -87,7 +87,7 @@ class CheckCompileJudge(Judge):
         self._graph_breaks()
         self._timing()
         self._oom()
-        self.measurements.update(shape=self.observations.shape, mask=self.observations.mask)
+        self.measurements.update(shape=self.observations.shape.to_dict(), mask=self.observations.mask)
         self.subject = shape_subject(
             self.observations.device, self.observations.device_name, self.observations.shape, self.observations.mask
         )
@@ -414,7 +414,7 @@ class CheckCompileJudge(Judge):
 
     def _score_matrix_bytes(self) -> int:
         shape = self.observations.shape
-        return shape["batch"] * shape["heads"] * shape["q_len"] * shape["kv_len"] * 4
+        return shape.batch * shape.heads * shape.q_len * shape.kv_len * 4
 
     def _numerics(self) -> None:
         numerics = self.observations.numerics
@@ -425,7 +425,7 @@ class CheckCompileJudge(Judge):
         }
         if not errors:
             return
-        dtype = self.observations.shape["dtype"]
+        dtype = self.observations.shape.dtype
         tolerance = {name: _OUT_TOLERANCE[dtype] * (1 if name == "out" else _GRAD_TOLERANCE_FACTOR) for name in errors}
         self.measurements.update({f"{k}_rel_err": v for k, v in errors.items()})
         self.measurements["out_tolerance"] = _OUT_TOLERANCE[dtype]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dflashdoctor.records import ShapeRecord
 from dflashdoctor.report import Bar, Comparison, Table, site_key
+from dflashdoctor.shapes import AttentionShape
 
 SITE_COLUMNS = ["module", "impl", "calls", "verdict", "origin", "where"]
 _CHARTED_SITES = 24  # a chart of more bars than this reads as a blur: the costliest are drawn
@@ -62,10 +62,6 @@ def call_site_charts(call_sites: list[dict[str, Any]]) -> list[Comparison]:
     return [calls, added] if any(_dense(s) for s in ranked) else [calls]
 
 
-def shape_subject(device: str, device_name: str, shape: ShapeRecord, mask: str) -> str:
+def shape_subject(device: str, device_name: str, shape: AttentionShape, mask: str) -> str:
     """check-compile's subject: where it ran and the attention shape it called the target with."""
-    return (
-        f"{device} ({device_name}) · B{shape['batch']} "
-        f"H{shape['heads']}/{shape['kv_heads']} q{shape['q_len']} kv{shape['kv_len']} "
-        f"d{shape['head_dim']} {shape['dtype']} · mask {mask}"
-    )
+    return f"{device} ({device_name}) · {shape.label()} · mask {mask}"

@@ -96,18 +96,12 @@ def test_a_node_without_the_gates_folder_says_so_as_bad_input(tmp_path):
     import subprocess
 
     from dflashdoctor.budgets import Budgets
+    from dflashdoctor.probe_configs import RunSmokeConfig, to_json
     from dflashdoctor.runner import probes_dir
 
     missing = tmp_path / "not-on-this-node"
-    config = {
-        "command": [sys.executable, str(TRAINER)],
-        "steps": 1,
-        "timeout_s": 60,
-        "budgets": Budgets().__dict__,
-        "cwd": str(missing),
-        "argv": ["dflashdoctor", "gate"],
-    }
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    config = RunSmokeConfig([sys.executable, str(TRAINER)], 1, 60, Budgets(), str(missing), ["dflashdoctor", "gate"])
+    (tmp_path / "config.json").write_text(to_json(config))
     out = tmp_path / "result.json"
     done = subprocess.run(
         [

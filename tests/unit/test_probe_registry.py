@@ -5,13 +5,16 @@ recipe for a new probe lists the same files."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
+import json
 import re
+import typing
 
 import pytest
 
-from dflashdoctor import cli
+from dflashdoctor import cli, probe_configs
 from dflashdoctor.registry import PROBES
 from tests.paths import ROOT
 from tests.unit.recorded import ASSETS
@@ -43,3 +46,32 @@ def test_a_registered_probes_judge_test_proves_every_code_its_judge_raises(name)
 
 def test_the_registry_names_each_probe_by_its_specs_name():
     assert all(spec.name == name for name, spec in PROBES.items())
+
+
+_GENERIC = [name for name, spec in PROBES.items() if spec.probe_config is not None]
+
+
+def _script_config(script: str) -> str:
+    """The config class a probe script loads: the one it gives probe_main."""
+    found = re.findall(r"probe_main\(run, (\w+)\)", (ROOT / "probes" / script).read_text(encoding="utf-8"))
+    assert len(found) == 1, f"probes/{script} does not call probe_main(run, <its config class>) once"
+    return found[0]
+
+
+@pytest.mark.parametrize("name", _GENERIC)
+def test_a_registered_probes_config_is_the_typed_config_its_script_loads(name):
+    """The hook returns the dataclass its annotation names, the one the script loads, and it comes
+    back equal from the JSON the runner writes: no field the JSON loses, none the script refuses."""
+    spec = PROBES[name]
+    assert spec.probe_config is not None and spec.script is not None
+    config = spec.probe_config(spec.options())
+    declared = typing.get_type_hints(spec.probe_config)["return"]
+    assert type(config) is declared and dataclasses.is_dataclass(config)
+    assert declared is getattr(probe_configs, _script_config(spec.script))
+    assert probe_configs.load_config(declared, json.loads(probe_configs.to_json(config))) == config
+
+
+def test_every_probe_script_loads_a_config_of_probe_configs():
+    """Those without a probe_config hook too (cache check over ssh, the gate's run on a node)."""
+    for script in (ROOT / "probes").glob("[!_]*.py"):
+        assert dataclasses.is_dataclass(getattr(probe_configs, _script_config(script.name), None)), script.name

@@ -21,7 +21,6 @@ from dflashdoctor.hooks.fix_replay import ReplayOutcome
 from dflashdoctor.hooks.flex_calls import FlexSite
 from dflashdoctor.hooks.hf_attention import SiteRecord
 from dflashdoctor.observations import DenseEvent
-from dflashdoctor.shapes import shape_with
 from dflashdoctor.targets import TargetInfo
 
 
@@ -38,7 +37,6 @@ WRITERS = {
     "FlexSiteRecord": lambda: FlexSite(file="f.py", line=1, function="g", module=None, via="raw").to_dict(),
     "ModuleSiteRecord": lambda: SiteRecord(module="m", module_class="C", impl="sdpa").to_dict(),
     "FlaGuardRecord": lambda: FlaGuard("f.py", 1, "g", "refused").to_dict(),
-    "ShapeRecord": lambda: shape_with("cpu", {}).to_dict(),
     "CallPlanRecord": lambda: CallPlan().to_dict(),
     "DenseEventRecord": lambda: DenseEvent("forward", "p", [1], [1], "float32", "cpu", 4, None).to_dict(),
     "FixReplayRecord": lambda: ReplayOutcome(
