@@ -19,6 +19,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflashdoctor.records import CallPlanRecord
+
 # Names under which wrappers take flex_attention's block_mask, most specific first; after them any
 # other parameter whose name ends in "mask" (`mask_mod` ends in "mod": a function, not a mask).
 MASK_NAMES = ("block_mask", "mask", "attn_mask", "attention_mask")
@@ -91,7 +93,7 @@ class CallPlan:
             )
         return f"target({', '.join(parts)})" + "".join(f" ({note})" for note in notes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CallPlanRecord:
         """What the report keeps: JSON only (the defaults' values are the target's, not ours)."""
         return {
             "text": self.text(),

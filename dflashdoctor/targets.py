@@ -12,12 +12,13 @@ import importlib.util
 import inspect
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from dflashdoctor.call_plan import CallPlan, UnusableSignature, plan_call
 from dflashdoctor.probe_support import UsageError
+from dflashdoctor.records import BoundName, CallPlanRecord, TargetRecord
 
 _COMPILED_HINT = "compile"
 # Set by the doctor when the current folder was left off the probe's path (runner.py): why.
@@ -38,12 +39,26 @@ class TargetInfo:
     compiled_globals: list[str] = field(default_factory=list)  # compiled wrappers it reads
     backends: dict[str, str] = field(default_factory=dict)  # compiled wrapper name -> backend
     raw_flex_globals: list[str] = field(default_factory=list)  # raw flex_attention names it reads
-    rebound: dict[str, Any] | None = None  # a compiled-looking name bound to the raw function
-    assigned: dict[str, Any] | None = None  # where the module binds the attribute, if it does
-    call: dict[str, Any] | None = None  # check-compile's CallPlan.to_dict(): how the target was called
+    rebound: BoundName | None = None  # a compiled-looking name bound to the raw function
+    assigned: BoundName | None = None  # where the module binds the attribute, if it does
+    call: CallPlanRecord | None = None  # check-compile's CallPlan.to_dict(): how the target was called
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> TargetRecord:
+        return TargetRecord(
+            spec=self.spec,
+            kind=self.kind,
+            qualname=self.qualname,
+            module=self.module,
+            file=self.file,
+            line=self.line,
+            wraps=self.wraps,
+            compiled_globals=list(self.compiled_globals),
+            backends=dict(self.backends),
+            raw_flex_globals=list(self.raw_flex_globals),
+            rebound=self.rebound,
+            assigned=self.assigned,
+            call=self.call,
+        )
 
 
 def split_spec(spec: str) -> tuple[str, str]:

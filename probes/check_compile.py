@@ -34,10 +34,10 @@ from dflashdoctor import call_plan, probe_support  # noqa: E402
 from dflashdoctor.hooks.dynamo_watch import DynamoWatch  # noqa: E402
 from dflashdoctor.hooks.flex_dense import DenseFlexRecorder  # noqa: E402
 from dflashdoctor.hooks.memory import PeakMemory  # noqa: E402
-from dflashdoctor.observations import CheckCompileObservations, dump  # noqa: E402
+from dflashdoctor.observations import CheckCompileObservations, GraphBreakSite, VaryCall, dump  # noqa: E402
 from dflashdoctor.probe_configs import CheckCompileConfig  # noqa: E402
 from dflashdoctor.probe_support import UsageError, probe_main, resolve_device  # noqa: E402
-from dflashdoctor.records import Phase  # noqa: E402
+from dflashdoctor.records import Numerics, OomRecord, Phase, PhaseRecord, SourceSite, TargetError  # noqa: E402
 from dflashdoctor.redaction import redact_text  # noqa: E402
 from dflashdoctor.reference.masks import build_block_mask  # noqa: E402
 from dflashdoctor.shapes import AttentionShape, shape_problem, shape_with  # noqa: E402
@@ -47,6 +47,7 @@ IMPORT_S = time.perf_counter() - _STARTED
 
 WARM_CALLS = 3
 _OOM_ERRORS: tuple[type[BaseException], ...] = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
+_OOM_OR_RUNTIME_ERRORS: tuple[type[BaseException], ...] = (*_OOM_ERRORS, RuntimeError)
 # The probe's own frames between it and the target: never the site of a dense call or an error.
 _HARNESS = tuple(os.path.abspath(f) for f in (__file__, probe_support.__file__, call_plan.__file__))
 
@@ -80,7 +81,7 @@ def _rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return float((actual - expected).norm() / expected.norm().clamp_min(1e-30))
 
 
-def _error_site(exc: BaseException) -> dict[str, Any] | None:
+def _error_site(exc: BaseException) -> SourceSite | None:
     """The innermost frame of the user's code in the traceback (not torch's, the stdlib's or the probe's)."""
     library = (os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"])
     frames = [
@@ -91,7 +92,7 @@ def _error_site(exc: BaseException) -> dict[str, Any] | None:
     if not frames:
         return None
     last = frames[-1]
-    return {"file": last.filename, "line": last.lineno, "function": last.name}
+    return SourceSite(file=last.filename, line=last.lineno, function=last.name)
 
 
 class CheckCompileProbe:
@@ -105,15 +106,15 @@ class CheckCompileProbe:
         self.backward = self.device != "cpu"  # torch has no flex_attention backward on CPU
         self.dense = DenseFlexRecorder(skip_files=_HARNESS)
         self.memory = PeakMemory(self.device)
-        self.phases: dict[str, dict[str, Any]] = {}
-        self.oom: list[dict[str, Any]] = []
-        self.target_error: dict[str, Any] | None = None
+        self.phases: dict[str, PhaseRecord] = {}
+        self.oom: list[OomRecord] = []
+        self.target_error: TargetError | None = None
 
     @contextmanager
     def phase(self, name: str):
         """Label dense events and compiles with `name`; time it; turn OOM into an observation."""
         self.dense.phase = name
-        record = self.phases.setdefault(name, {})
+        record = self.phases.setdefault(name, PhaseRecord(wall_s=0.0, peak_bytes=None, compiles=[]))
         self.memory.start()
         started = time.perf_counter()
         try:
@@ -134,20 +135,20 @@ class CheckCompileProbe:
         (exit 2), not a finding about the target and not a crash."""
         try:
             yield
-        except (*_OOM_ERRORS, RuntimeError) as exc:
+        except _OOM_OR_RUNTIME_ERRORS as exc:
             if not isinstance(exc, _OOM_ERRORS) and "allocate" not in str(exc):
                 raise
             message = probe_support.first_line(str(exc), type(exc).__name__)[:300]
             raise UsageError(f"{self.shape.label()} does not fit on {self.device}: {message}") from None
 
-    def _oom_record(self, phase: str, exc: BaseException) -> dict[str, Any]:
+    def _oom_record(self, phase: str, exc: BaseException) -> OomRecord:
         message = probe_support.first_line(str(exc), type(exc).__name__)
-        record: dict[str, Any] = {"phase": phase, "message": redact_text(message)[:500]}
+        record = OomRecord(phase=phase, message=redact_text(message)[:500], last_dense_events=[])
         if self.device == "cuda":
             record["allocated_bytes"] = torch.cuda.memory_allocated()
             record["reserved_bytes"] = torch.cuda.memory_reserved()
             torch.cuda.empty_cache()
-        record["last_dense_events"] = [e.to_dict() for e in self.dense.events[-3:]]
+        record["last_dense_events"] = [e.to_record() for e in self.dense.events[-3:]]
         return record
 
     def call_target(self, target, q, k, v, block_mask):
@@ -195,8 +196,8 @@ class CheckCompileProbe:
         with self._allocating():
             mask = build_block_mask(self.config.mask, shape.q_len, shape.kv_len, self.device, shape.block_size)
         setup_s = time.perf_counter() - setup_started
-        vary: list[dict[str, Any]] = []
-        numerics: dict[str, Any] = {}
+        vary: list[VaryCall] = []
+        numerics = Numerics()
         with self.dense:
             try:
                 self._target_phases(target, q, k, v, mask)
@@ -220,10 +221,10 @@ class CheckCompileProbe:
             phases=self.phases,
             numerics=numerics,
             vary=vary,
-            dense_events=[e.to_dict() for e in self.dense.events],
+            dense_events=list(self.dense.events),
             compiles=self.watch.records,
             graph_breaks=self.watch.graph_breaks,
-            graph_break_sites=self.watch.graph_break_sites,
+            graph_break_sites=[GraphBreakSite(**site) for site in self.watch.graph_break_sites],
             oom=self.oom,
             target_error=self.target_error,
             import_s=round(IMPORT_S, 3),
@@ -248,8 +249,8 @@ class CheckCompileProbe:
         self._forward_backward(target, q, k, v, mask, Phase.FIRST)
         for i in range(WARM_CALLS):
             self._forward_backward(target, q, k, v, mask, Phase.warm(i))
-        warm = [self.phases[Phase.warm(i)].get("forward_s") for i in range(WARM_CALLS)]
-        warm = [w for w in warm if w is not None]  # a call that ran out of memory has no time
+        # a call that ran out of memory has no time
+        warm = [w for i in range(WARM_CALLS) if (w := self.phases[Phase.warm(i)].get("forward_s")) is not None]
         self.phases[Phase.FIRST]["warm_forward_median_s"] = statistics.median(warm) if warm else None
 
     def _eager_phase(self, q, k, v, mask) -> None:
@@ -262,12 +263,12 @@ class CheckCompileProbe:
             with self.phase(Phase.backward(Phase.EAGER)):
                 out.backward(torch.ones_like(out))
 
-    def _numerics(self, target, mask) -> dict[str, Any]:
+    def _numerics(self, target, mask) -> Numerics:
         """The target on fresh inputs against the same target run eagerly in float32."""
         shape = self.shape
         q, k, v = _inputs(shape, self.device, shape.kv_len, self.backward, seed=1)
-        ref_inputs = [t.detach().float().requires_grad_(self.backward) for t in (q, k, v)]
-        result: dict[str, Any] = {"reference": "the target itself, eager (force_eager stance), float32 inputs"}
+        ref_q, ref_k, ref_v = (t.detach().float().requires_grad_(self.backward) for t in (q, k, v))
+        result = Numerics(reference="the target itself, eager (force_eager stance), float32 inputs")
         out = ref = grad_out = None
         with self.phase(Phase.NUMERICS):
             out = self.call_target(target, q, k, v, mask)
@@ -278,19 +279,22 @@ class CheckCompileProbe:
         if grad_out is None:  # the target ran out of memory; nothing to compare
             return result
         with self.phase(Phase.REFERENCE), torch.compiler.set_stance("force_eager"):
-            ref = self.call_target(target, *ref_inputs, mask)
+            ref = self.call_target(target, ref_q, ref_k, ref_v, mask)
             if self.backward:
                 ref.backward(grad_out.float())
         if out is None or ref is None:
             return result
         result["out_rel_err"] = _rel_err(out, ref)
         if self.backward:
-            for name, mine, theirs in zip(("dq", "dk", "dv"), (q, k, v), ref_inputs, strict=True):
-                if mine.grad is not None and theirs.grad is not None:
-                    result[f"{name}_rel_err"] = _rel_err(mine.grad, theirs.grad)
+            if q.grad is not None and ref_q.grad is not None:
+                result["dq_rel_err"] = _rel_err(q.grad, ref_q.grad)
+            if k.grad is not None and ref_k.grad is not None:
+                result["dk_rel_err"] = _rel_err(k.grad, ref_k.grad)
+            if v.grad is not None and ref_v.grad is not None:
+                result["dv_rel_err"] = _rel_err(v.grad, ref_v.grad)
         return result
 
-    def _vary(self, target) -> list[dict[str, Any]]:
+    def _vary(self, target) -> list[VaryCall]:
         """The target at growing context lengths: what a training run's batches look like."""
         shape = self.shape
         step = max(shape.block_size, (shape.kv_len // 16) // shape.block_size * shape.block_size)
@@ -303,15 +307,15 @@ class CheckCompileProbe:
             before = len(self.dense.events)
             self._forward_backward(target, q, k, v, mask, name)
             new = self.dense.events[before:]
+            backward = self.phases.get(Phase.backward(name))
             calls.append(
-                {
-                    "kv_len": kv_len,
-                    "dense_forward": sum(e.kind == "forward" for e in new),
-                    "dense_backward": sum(e.kind == "backward" for e in new),
-                    "forward_s": self.phases[name].get("forward_s"),
-                    "compiles": len(self.phases[name].get("compiles", []))
-                    + len(self.phases.get(Phase.backward(name), {}).get("compiles", [])),
-                }
+                VaryCall(
+                    kv_len=kv_len,
+                    dense_forward=sum(e.kind == "forward" for e in new),
+                    dense_backward=sum(e.kind == "backward" for e in new),
+                    forward_s=self.phases[name].get("forward_s"),
+                    compiles=len(self.phases[name]["compiles"]) + (len(backward["compiles"]) if backward else 0),
+                )
             )
         return calls
 

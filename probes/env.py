@@ -28,6 +28,7 @@ from dflashdoctor.fla_guards import fla_state
 from dflashdoctor.observations import EnvObservations, dump
 from dflashdoctor.probe_configs import NoConfig
 from dflashdoctor.probe_support import probe_main
+from dflashdoctor.records import CacheRootRecord
 from dflashdoctor.redaction import redact_variables
 
 VARIABLE_PREFIXES = ("TORCH", "TRITON", "FLA_", "CUDA", "NCCL", "PYTORCH", "HF_", "TRANSFORMERS", "NVIDIA", "OMP_")
@@ -148,19 +149,25 @@ def _size(root: Path) -> tuple[int, int]:
     return files, size
 
 
-def _cache_roots() -> list[dict[str, Any]]:
+def _cache_roots() -> list[CacheRootRecord]:
     rows = []
     for root in resolve_roots(os.environ, None, None, all_roots=False):
         exists = root.path.is_dir()
         files, size = _size(root.path) if exists else (0, 0)
-        where = {"kind": root.kind, "path": str(root.path), "source": root.source}
-        mount = mount_of(root.path)  # of the folder that will hold it, where it does not exist yet
-        place = {"mount_point": mount[0], "filesystem": mount[1]} if mount else {}
-        if mount:
-            place["network_filesystem"] = mount[1] in NETWORK_FILESYSTEMS
-        rows.append(
-            where | place | {"exists": exists, "files": files, "bytes": size, "untrusted": untrusted_root(root.path)}
+        row = CacheRootRecord(
+            kind=root.kind,
+            path=str(root.path),
+            source=root.source,
+            exists=exists,
+            files=files,
+            bytes=size,
+            untrusted=untrusted_root(root.path),
         )
+        mount = mount_of(root.path)  # of the folder that will hold it, where it does not exist yet
+        if mount:
+            row["mount_point"], row["filesystem"] = mount
+            row["network_filesystem"] = mount[1] in NETWORK_FILESYSTEMS
+        rows.append(row)
     return rows
 
 

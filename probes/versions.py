@@ -15,6 +15,7 @@ from typing import Any
 from dflashdoctor.observations import VersionsObservations, dump
 from dflashdoctor.probe_configs import NoConfig
 from dflashdoctor.probe_support import first_line, probe_main
+from dflashdoctor.records import PackageRecord, RequirementRecord
 
 # The distributions a compiled-attention training run rests on, and those they pin.
 STACK = ("torch", "triton", "transformers", "fla-core", "flash-linear-attention", "tokenizers", "kernels", "einops")
@@ -53,7 +54,7 @@ class _Installed:
             return None
 
 
-def _requirements(name: str, check: Any, installed: _Installed) -> list[dict[str, Any]]:
+def _requirements(name: str, check: Any, installed: _Installed) -> list[RequirementRecord]:
     """Each requirement of `name` that applies here (no extra), with the version installed. One that
     names a package whose metadata cannot be read is listed unchecked, as is one `check` cannot read."""
     found = []
@@ -64,14 +65,8 @@ def _requirements(name: str, check: Any, installed: _Installed) -> list[dict[str
         required = parsed["name"] if parsed else text.split(";")[0].strip()
         version = installed.version(required) if parsed else None
         known = parsed is not None and required not in installed.unreadable
-        found.append(
-            {
-                "requirement": text,
-                "name": required,
-                "installed": version,
-                "satisfied": parsed["satisfied"](version) if known else None,
-            }
-        )
+        satisfied = parsed["satisfied"](version) if parsed is not None and known else None
+        found.append(RequirementRecord(requirement=text, name=required, installed=version, satisfied=satisfied))
     return found
 
 
@@ -108,7 +103,7 @@ def run(_config: NoConfig) -> dict[str, Any]:
     check, packaging_version = _checker()
     installed = _Installed()
     packages = [
-        {"name": name, "version": version, "requires": _requirements(name, check, installed)}
+        PackageRecord(name=name, version=version, requires=_requirements(name, check, installed))
         for name in STACK
         if (version := installed.version(name)) is not None
     ]
