@@ -1,5 +1,6 @@
-"""The probed side imports nothing of the doctor side: the lists on the architecture page, checked
-by importing every probed-side module in a fresh interpreter. A doctor-side module pulled in there
+"""The probed side imports nothing of the doctor side: the lists on the architecture page (its
+`text probed-side...` blocks, a path a line), checked by importing every probed-side module in a
+fresh interpreter. A doctor-side module pulled in there
 (cache repair, process supervision, renderers, the CLI) would load into every process of a user's
 `run` and every `expect_fused` test, and would have to exist in a `--python` that has only torch."""
 
@@ -18,18 +19,17 @@ ARCHITECTURE = ROOT.parent / "docs" / "architecture.md"
 DOCTOR_ONLY_PACKAGES = ("typer", "rich", "click")
 
 
-def _paragraph(start: str, end: str) -> tuple[list[str], list[str]]:
-    """The backticked names of the architecture page between `start` and `end`, and those of them
-    it takes out ("all but `X`")."""
+def _listed(name: str) -> list[str]:
+    """The paths of the architecture page's `text NAME` block, one a line."""
     text = ARCHITECTURE.read_text(encoding="utf-8")
-    part = text[text.index(start) : text.index(end, text.index(start))]
-    paths = r"`([\w/]+/|[\w/]+\.py)`"  # files and folders, not the commands named beside them
-    return re.findall(paths, part), re.findall(f"all but {paths}", part)
+    block = re.search(rf"^```text {re.escape(name)}\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
+    assert block is not None, f"docs/architecture.md has no `text {name}` block"
+    return block.group(1).split()
 
 
-def _modules(listed: tuple[list[str], list[str]]) -> set[str]:
+def _modules(names: list[str], taken_out: list[str] | None = None) -> set[str]:
     """`hooks/` is the package and every module in it; `forkserver/server.py` one module."""
-    names, taken_out = listed
+    taken_out = taken_out or []
     return _expanded([n for n in names if n not in taken_out]) - _expanded(taken_out)
 
 
@@ -51,8 +51,8 @@ def _expanded(names: list[str]) -> set[str]:
 
 
 def test_the_probed_side_loads_only_itself_and_the_judges():
-    probed = _modules(_paragraph("Probed-side modules:", "Besides these"))
-    judges = _modules(_paragraph("Besides these", "`tests/unit/test_import_sides.py`"))
+    probed = _modules(_listed("probed-side"), _listed("probed-side-but-not"))
+    judges = _modules(_listed("probed-side-judges"))
     assert {"dflashdoctor.hooks.flex_dense", "dflashdoctor.observations", "dflashdoctor.testing"} <= probed
     assert "probes.check_compile" in probed and "probes.run_smoke" not in probed
     assert "dflashdoctor.judges.base" in judges
