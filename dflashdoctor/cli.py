@@ -23,25 +23,23 @@ from dflashdoctor.cli_options import (
     PythonOpt,
     ReportDirOpt,
     SarifOpt,
-    SshOpt,
     VerboseOpt,
+    command_settings,
     path_given,
     probe_command,
-    seconds,
     writable,
 )
-from dflashdoctor.commands.cache import CacheOptions
 from dflashdoctor.commands.explain import ExplainOptions, explain, log_paths
 from dflashdoctor.commands.init import InitOptions, init
 from dflashdoctor.commands.lint import LintOptions, lint
 from dflashdoctor.commands.merge import merge
-from dflashdoctor.commands.run import RunOptions, merge_when_first, report_folder
 from dflashdoctor.commands.show import show
 from dflashdoctor.errors import BadInput
 from dflashdoctor.gate.command import GateOptions, gate
 from dflashdoctor.gate.hostfile import nodes_of
 from dflashdoctor.lint import output as lint_output
-from dflashdoctor.output import destination_problem, emit, new_report_dir, stdout_conflict
+from dflashdoctor.output import destination_problem, emit, stdout_conflict
+from dflashdoctor.probe_spec import ReportRequest
 from dflashdoctor.registry import PROBES
 from dflashdoctor.report import EXIT_CRASH, EXIT_USAGE, Report
 from dflashdoctor.report_folder import held
@@ -107,10 +105,12 @@ def _reported(
 
 
 def _probe(name: str, options: object, json_output: bool, report_dir: Path | None, verbose: bool) -> None:
-    """Run one command's probe (looked up in the registry), show or write its report, exit with its code."""
-    raise typer.Exit(
-        _reported(lambda: run_probe_command(PROBES[name], options, _argv()), report_dir, json_output, verbose)
-    )
+    """Run one command's probe (looked up in the registry), show or write its report, exit with its
+    code; a probe that puts its report where it decides (run) is given what the command line asks."""
+    spec = PROBES[name]
+    if spec.own_output is not None:
+        raise typer.Exit(spec.own_output(options, ReportRequest(json_output, report_dir, verbose, _argv())))
+    raise typer.Exit(_reported(lambda: run_probe_command(spec, options, _argv()), report_dir, json_output, verbose))
 
 
 def _show_version(value: bool) -> None:
@@ -128,67 +128,15 @@ def root(
     """Exit codes: 0 no error findings, 1 error findings, 2 bad input, 3 a probe crashed or hung."""
 
 
-# The probes whose work is all in their script: each command is made from its Options dataclass.
+# Every probe's command (each subcommand of one that has them) is made from its Options dataclass.
 for _spec in PROBES.values():
-    if _spec.probe_config is not None:
-        app.command(_spec.name)(probe_command(_spec, _probe))
-
-
-@app.command(
-    "run",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, **_HELP},
-    options_metavar="[OPTIONS] -- COMMAND ARGS...",
-)
-def run_command(
-    ctx: typer.Context,
-    hang_timeout: Annotated[
-        float | None,
-        typer.Option(
-            min=0,
-            callback=seconds("turns the watchdog off"),
-            help="Seconds without progress in any process before the stacks are taken "
-            "and the run is stopped; 0 turns the watchdog off.",
-        ),
-    ] = RunOptions.hang_timeout_s,
-    steps: Annotated[int | None, typer.Option(help="Stop each process after this many optimizer steps.")] = None,
-    memory_snapshot: Annotated[
-        bool, typer.Option(help="Record CUDA allocations; on out-of-memory, dump a snapshot for PyTorch's viewer.")
-    ] = False,
-    strict: Annotated[
-        bool, typer.Option(help="Make dynamo's recompile-limit fallback and dense flex_attention kernels raise.")
-    ] = False,
-    merge_wait: Annotated[
-        float,
-        typer.Option(
-            min=0,
-            callback=seconds("merges what is there"),
-            help="On several nodes, node 0: seconds to wait for the other nodes' parts before merging.",
-        ),
-    ] = RunOptions.merge_wait_s,
-    json_output: JsonOpt = False,
-    report_dir: ReportDirOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Run COMMAND (python ..., python -m ..., torchrun ...) with every Python process instrumented:
-    the command goes after `--`."""
-    if "--" not in _argv():  # without it the command's own options (--steps, --json) would be taken as ours
-        raise BadInput("put the command after --, e.g. dflashdoctor run -- python train.py")
-    folder, part = report_folder(report_dir, list(ctx.args), os.environ)
-    directory = folder or new_report_dir("run")
-    options = RunOptions(
-        command=list(ctx.args),
-        report_dir=directory,
-        hang_timeout_s=hang_timeout or None,
-        steps=steps,
-        memory_snapshot=memory_snapshot,
-        strict=strict,
-        stdout_to_stderr=json_output,
-        part=part,
-        merge_wait_s=merge_wait,
-    )
-    report = run_probe_command(PROBES["run"], options, _argv())
-    code = emit(report, json_output=json_output, report_dir=directory, verbose=verbose)
-    raise typer.Exit(merge_when_first(options, code, _argv()))
+    if _spec.subcommands:
+        _group = typer.Typer(help=_spec.summary, no_args_is_help=True, context_settings=_HELP)
+        app.add_typer(_group, name=_spec.name)
+        for _subcommand in _spec.subcommands:
+            _group.command(_subcommand)(probe_command(_spec, _probe, _subcommand))
+    else:
+        app.command(_spec.name, **command_settings(_spec))(probe_command(_spec, _probe))
 
 
 @app.command("merge")
@@ -397,86 +345,6 @@ def show_command(
     report's own verdict is in what it prints), 2 for a file that is no report."""
     sys.stdout.write(show(report, format_name, verbose=verbose))
     raise typer.Exit(0)
-
-
-cache_app = typer.Typer(
-    help="Integrity of the Triton, Inductor and autotune caches: check, quarantine, restore.", no_args_is_help=True
-)
-app.add_typer(cache_app, name="cache")
-TritonDirOpt = Annotated[
-    Path | None,
-    typer.Option("--triton-dir", parser=path_given, help="A Triton cache root (default: as triton resolves it)."),
-]
-InductorDirOpt = Annotated[
-    Path | None,
-    typer.Option("--inductor-dir", parser=path_given, help="An Inductor cache root (default: as torch resolves it)."),
-]
-AllRootsOpt = Annotated[
-    bool,
-    typer.Option("--all-roots", help="Also the default roots the environment overrides, and their triton folders."),
-]
-WaitOpt = Annotated[
-    float,
-    typer.Option(
-        "--wait",
-        min=0,
-        callback=seconds("does not wait"),
-        help="Seconds to wait while another fix or restore holds a root's lock.",
-    ),
-]
-
-
-@cache_app.command("check")
-def cache_check(
-    triton_dir: TritonDirOpt = None,
-    inductor_dir: InductorDirOpt = None,
-    all_roots: AllRootsOpt = False,
-    python: PythonOpt = None,
-    ssh: SshOpt = None,
-    json_output: JsonOpt = False,
-    report_dir: ReportDirOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Find every broken, interrupted or stale entry, and hazards of where the caches live."""
-    options = CacheOptions("check", triton_dir, inductor_dir, all_roots, python=python, ssh=ssh)
-    _probe("cache", options, json_output, report_dir, verbose)
-
-
-@cache_app.command("fix")
-def cache_fix(
-    triton_dir: TritonDirOpt = None,
-    inductor_dir: InductorDirOpt = None,
-    all_roots: AllRootsOpt = False,
-    wait: WaitOpt = CacheOptions.wait_s,
-    json_output: JsonOpt = False,
-    report_dir: ReportDirOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Move each broken entry, whole, into a quarantine beside its root, with a manifest. Deletes nothing."""
-    options = CacheOptions("fix", triton_dir, inductor_dir, all_roots, wait_s=wait)
-    _probe("cache", options, json_output, report_dir, verbose)
-
-
-@cache_app.command("restore")
-def cache_restore(
-    quarantine: Annotated[
-        Path | None,
-        typer.Argument(
-            parser=path_given,
-            help="A quarantine folder (default: every one of each root not yet restored, oldest first).",
-        ),
-    ] = None,
-    triton_dir: TritonDirOpt = None,
-    inductor_dir: InductorDirOpt = None,
-    all_roots: AllRootsOpt = False,
-    wait: WaitOpt = CacheOptions.wait_s,
-    json_output: JsonOpt = False,
-    report_dir: ReportDirOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Put quarantined entries back, byte-identical (checked against their manifests)."""
-    options = CacheOptions("restore", triton_dir, inductor_dir, all_roots, quarantine, wait)
-    _probe("cache", options, json_output, report_dir, verbose)
 
 
 class _Terminated(BaseException):

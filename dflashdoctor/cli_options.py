@@ -90,14 +90,20 @@ _REPORT_OPTIONS = (("json_output", JsonOpt, False), ("report_dir", ReportDirOpt,
 ProbeRunner = Callable[[str, Any, bool, Path | None, bool], None]  # name, options, --json, --report-dir, -v
 
 
-def probe_command(spec: ProbeSpec, run: ProbeRunner) -> Callable[..., None]:
-    """The Typer command of `spec`: one parameter per Options field that has `cli` metadata (or is a
-    shared one), then --json, --report-dir and -v; calling it builds the Options and runs `run`."""
+def probe_command(spec: ProbeSpec, run: ProbeRunner, subcommand: str | None = None) -> Callable[..., None]:
+    """The Typer command of `spec` (of one of its subcommands, whose name its Options' `action` field
+    takes): one parameter per Options field that has `cli` metadata (or is a shared one) and is not
+    only in other subcommands, then --json, --report-dir and -v; calling it builds the Options and
+    runs `run`."""
     hints = typing.get_type_hints(spec.options)
     parameters: list[inspect.Parameter] = []
     sources: dict[str, Callable[[dict[str, Any]], Any]] = {}  # an Options field -> its value from the parameters
+    if subcommand is not None:
+        sources["action"] = lambda _values: subcommand
     for item in fields(spec.options):
         option: CliOption | None = item.metadata.get("cli")
+        if subcommand is not None and subcommand not in item.metadata.get("only_in", (subcommand,)):
+            continue
         if item.name in _SHARED_FIELDS:
             name, annotation = _SHARED_FIELDS[item.name]
             parameters.append(_parameter(name, annotation, _default(item)))
@@ -106,6 +112,9 @@ def probe_command(spec: ProbeSpec, run: ProbeRunner) -> Callable[..., None]:
             for member, kind, text in option.group:
                 parameters.append(_parameter(member, Annotated[kind | None, typer.Option(help=text)], None))
             sources[item.name] = _collected([member for member, _kind, _text in option.group])
+        elif option is not None and option.command_line:  # the words Typer leaves over: `ctx.args`
+            parameters.insert(0, inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))
+            sources[item.name] = _left_over
         elif option is not None:
             default = _default(item)
             parameters.append(_parameter(item.name, _annotated(hints[item.name], option), _on_command_line(default)))
@@ -117,9 +126,25 @@ def probe_command(spec: ProbeSpec, run: ProbeRunner) -> Callable[..., None]:
         run(spec.name, options, values["json_output"], values["report_dir"], values["verbose"])
 
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    command.__doc__ = spec.summary
-    command.__name__ = f"{spec.name.replace('-', '_')}_command"
+    command.__doc__ = spec.subcommands[subcommand] if subcommand is not None else spec.summary
+    command.__name__ = f"{spec.name.replace('-', '_')}_{subcommand or 'command'}"
     return command
+
+
+def command_settings(spec: ProbeSpec) -> dict[str, Any]:
+    """How Typer registers `spec`'s command: one that runs another program's command line after `--`
+    passes that program's options on, and its usage line says so."""
+    line = next((o for item in fields(spec.options) if (o := item.metadata.get("cli")) and o.command_line), None)
+    if line is None:
+        return {}
+    return {
+        "context_settings": {
+            "allow_extra_args": True,
+            "ignore_unknown_options": True,
+            "help_option_names": ["-h", "--help"],
+        },
+        "options_metavar": f"[OPTIONS] -- {line.help}",
+    }
 
 
 def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
@@ -133,6 +158,8 @@ def _annotated(hint: Any, option: CliOption) -> Any:
         kind = hint | None if typing.get_origin(hint) is list else hint
         return Annotated[kind, typer.Argument(help=option.help, parser=parser)]
     flags = (option.flag,) if option.flag else ()
+    if option.seconds is not None:
+        return Annotated[hint, typer.Option(*flags, min=0, callback=seconds(option.seconds), help=option.help)]
     return Annotated[hint, typer.Option(*flags, help=option.help, parser=parser)]
 
 
@@ -145,6 +172,11 @@ def _default(item: Field[Any]) -> Any:
 def _on_command_line(default: Any) -> Any:
     """A list left out is None on the command line (Typer's way), [] in the Options."""
     return None if default == [] else default
+
+
+def _left_over(values: dict[str, Any]) -> list[str]:
+    """The words after the options (another program's command line): Typer's context keeps them."""
+    return list(values["ctx"].args)
 
 
 def _named(parameter: str) -> Callable[[dict[str, Any]], Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dflashdoctor.budgets import Budgets
@@ -36,6 +37,16 @@ def _default_budgets(_options: Any) -> Budgets:
 
 
 @dataclass(frozen=True)
+class ReportRequest:
+    """What the command line asks of a report (--json, --report-dir, -v) and the words it was given."""
+
+    json_output: bool
+    report_dir: Path | None
+    verbose: bool
+    argv: list[str]
+
+
+@dataclass(frozen=True)
 class ProbeSpec:
     name: str
     options: type  # the command's options dataclass: every default of the probe lives there
@@ -57,6 +68,13 @@ class ProbeSpec:
     command: Callable[[Any, list[str], Budgets | None], Report] | None = None
     # packages whose absence there means the probe does not apply, and why
     skipped_without: dict[str, str] = field(default_factory=dict)
+    # Subcommands (name -> their help), each made from the Options with its name in their `action`:
+    # cache's check, fix and restore. None: the probe is one command.
+    subcommands: dict[str, str] = field(default_factory=dict)
+    # A doctor-side probe that puts its report where it decides (run: its folder, its node's part of
+    # a run on several, the merge) gets the command line's wishes and returns the exit code. None:
+    # the report goes where the command line says, as every probe's does.
+    own_output: Callable[[Any, ReportRequest], int] | None = None
     # run here by the gate, it is forked from the probe host (forkserver/): it imports torch, and sets
     # no environment variable that torch or triton would read at import (server.READ_WHEN_USED)
     forked_in_gate: bool = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflashdoctor.budgets import Budgets
@@ -23,6 +23,7 @@ from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.cache import judge
 from dflashdoctor.limits import seconds_problem
 from dflashdoctor.observations import dump
+from dflashdoctor.options import cli, only_in
 from dflashdoctor.probe_configs import CacheCheckConfig
 from dflashdoctor.probe_spec import ProbeSpec
 from dflashdoctor.records import RootFacts
@@ -35,15 +36,32 @@ ACTIONS = ("check", "fix", "restore")
 
 @dataclass
 class CacheOptions:
-    action: str = "check"
-    triton_dir: Path | None = None
-    inductor_dir: Path | None = None
-    all_roots: bool = False
-    quarantine: Path | None = None  # restore: this quarantine folder (default: every open one of each root)
-    wait_s: float = 300.0  # fix, restore: how long to wait for another run working on the same root
-    python: str | None = None  # check --ssh: the interpreter there
-    ssh: str | None = None  # check: scan that machine's roots, there
-    timeout_s: float = PROBE_TIMEOUT_S  # check --ssh: its probe there; here the scan is this process's own
+    action: str = "check"  # the subcommand
+    triton_dir: Path | None = field(default=None, metadata=cli("A Triton cache root (default: as triton resolves it)."))
+    inductor_dir: Path | None = field(
+        default=None, metadata=cli("An Inductor cache root (default: as torch resolves it).")
+    )
+    all_roots: bool = field(
+        default=False, metadata=cli("Also the default roots the environment overrides, and their triton folders.")
+    )
+    quarantine: Path | None = field(
+        default=None,
+        metadata=cli(
+            "A quarantine folder (default: every one of each root not yet restored, oldest first).", argument=True
+        )
+        | only_in("restore"),
+    )
+    wait_s: float = field(  # how long to wait for another run working on the same root
+        default=300.0,
+        metadata=cli(
+            "Seconds to wait while another fix or restore holds a root's lock.", flag="--wait", seconds="does not wait"
+        )
+        | only_in("fix", "restore"),
+    )
+    python: str | None = field(default=None, metadata=only_in("check"))  # check --ssh: the interpreter there
+    ssh: str | None = field(default=None, metadata=only_in("check"))  # check: scan that machine's roots, there
+    # check --ssh: its probe there; here the scan is this process's own
+    timeout_s: float = field(default=PROBE_TIMEOUT_S, metadata=only_in("check"))
 
 
 def _named_quarantine(folder: Path) -> tuple[Path, str]:
@@ -122,6 +140,12 @@ SPEC = ProbeSpec(
     judge=judge,
     command=cache,
     script="cache_check.py",  # --ssh; on this machine the command scans in its own process
+    summary="Integrity of the Triton, Inductor and autotune caches: check, quarantine, restore.",
+    subcommands={
+        "check": "Find every broken, interrupted or stale entry, and hazards of where the caches live.",
+        "fix": "Move each broken entry, whole, into a quarantine beside its root, with a manifest. Deletes nothing.",
+        "restore": "Put quarantined entries back, byte-identical (checked against their manifests).",
+    },
 )
 
 

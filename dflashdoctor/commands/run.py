@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dflashdoctor.agent.config import RunSettings
@@ -18,7 +18,9 @@ from dflashdoctor.budgets import Budgets
 from dflashdoctor.errors import BadInput
 from dflashdoctor.judges.run import judge
 from dflashdoctor.limits import MAX_STEPS, count_problem
-from dflashdoctor.probe_spec import ProbeSpec
+from dflashdoctor.options import cli
+from dflashdoctor.output import emit, new_report_dir
+from dflashdoctor.probe_spec import ProbeSpec, ReportRequest
 from dflashdoctor.redaction import redact_argv
 from dflashdoctor.render import write_report_dir
 from dflashdoctor.report import Check, Report
@@ -29,7 +31,7 @@ from dflashdoctor.runs.parts import NodePart, node_part, wait_for_parts, write_p
 from dflashdoctor.runs.trace import trace_json
 from dflashdoctor.runs.watch import Interrupts, watch
 from dflashdoctor.safe_text import encodable_report
-from dflashdoctor.session import finish, new_report
+from dflashdoctor.session import finish, new_report, run_probe_command
 
 _CLAIM = ".claimed-by-a-run"
 _TRACE_NOTE = (
@@ -41,15 +43,35 @@ _TRACE_NOTE = (
 
 @dataclass
 class RunOptions:
-    command: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list, metadata=cli("COMMAND ARGS...", command_line=True))
     report_dir: Path = Path("reports/run")
-    hang_timeout_s: float | None = 600.0
-    steps: int | None = None
-    memory_snapshot: bool = False
-    strict: bool = False
+    hang_timeout_s: float | None = field(
+        default=600.0,
+        metadata=cli(
+            "Seconds without progress in any process before the stacks are taken and the run is stopped; "
+            "0 turns the watchdog off.",
+            flag="--hang-timeout",
+            seconds="turns the watchdog off",
+        ),
+    )
+    steps: int | None = field(default=None, metadata=cli("Stop each process after this many optimizer steps."))
+    memory_snapshot: bool = field(
+        default=False,
+        metadata=cli("Record CUDA allocations; on out-of-memory, dump a snapshot for PyTorch's viewer."),
+    )
+    strict: bool = field(
+        default=False, metadata=cli("Make dynamo's recompile-limit fallback and dense flex_attention kernels raise.")
+    )
     stdout_to_stderr: bool = False  # --json: the command's output must not mix with the report on stdout
     part: NodePart | None = None  # one node's part of a run on several (report_dir is then its folder)
-    merge_wait_s: float = 600.0  # the node of rank 0: how long to wait for the other nodes' parts
+    merge_wait_s: float = field(  # the node of rank 0: how long to wait for the other nodes' parts
+        default=600.0,
+        metadata=cli(
+            "On several nodes, node 0: seconds to wait for the other nodes' parts before merging.",
+            flag="--merge-wait",
+            seconds="merges what is there",
+        ),
+    )
     deadline_s: float | None = None  # stopped after this long whatever its progress (the gate's run_timeout)
     temporary: bool = False  # the gate's: report_dir is removed once judged (by the launcher if the doctor dies)
     passes_interrupt: bool = False  # the gate's: SIGTERM or Ctrl-C stops the doctor (143, 130), no report
@@ -150,6 +172,26 @@ def merge_when_first(options: RunOptions, code: int, argv: list[str]) -> int:
     return max(code, merged.exit_code())
 
 
+def run_and_report(options: RunOptions, asked: ReportRequest) -> int:
+    """The run from the command line: the command only after `--` (else its own options, --steps or
+    --json, would be taken as ours), its report in the folder given (on several nodes, this node's
+    part of it) or a new one, and on the node of rank 0 of several the merged report too."""
+    if "--" not in asked.argv:
+        raise BadInput("put the command after --, e.g. dflashdoctor run -- python train.py")
+    folder, part = report_folder(asked.report_dir, options.command, os.environ)
+    directory = folder or new_report_dir("run")
+    options = replace(
+        options,
+        report_dir=directory,
+        hang_timeout_s=options.hang_timeout_s or None,  # 0: no watchdog
+        stdout_to_stderr=asked.json_output,
+        part=part,
+    )
+    report = run_probe_command(SPEC, options, asked.argv)
+    code = emit(report, json_output=asked.json_output, report_dir=directory, verbose=asked.verbose)
+    return merge_when_first(options, code, asked.argv)
+
+
 SPEC = ProbeSpec(
     name="run",
     options=RunOptions,
@@ -157,4 +199,7 @@ SPEC = ProbeSpec(
     judge=judge,
     command=run,
     script=None,  # the user's own command, with the agent (agent/) loaded into each of its processes
+    summary="Run COMMAND (python ..., python -m ..., torchrun ...) with every Python process instrumented: the "
+    "command goes after `--`.",
+    own_output=run_and_report,
 )

@@ -11,22 +11,26 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from dflashdoctor.cli_options import probe_command
+from dflashdoctor.cli_options import command_settings, probe_command
+from dflashdoctor.commands.cache import CacheOptions
 from dflashdoctor.commands.check_compile import CheckCompileOptions
 from dflashdoctor.commands.race import RaceOptions
+from dflashdoctor.commands.run import RunOptions
 from dflashdoctor.commands.trace_attention import TraceAttentionOptions
 from dflashdoctor.registry import PROBES
 
-GENERIC = [name for name, spec in PROBES.items() if spec.probe_config is not None]
+GENERIC = [name for name, spec in PROBES.items() if not spec.subcommands]
 
 
-def _parsed(name: str, *args: str) -> tuple[object, tuple]:
-    """The Options and report options the generated command builds from `args`."""
+def _parsed(name: str, *args: str, subcommand: str | None = None) -> tuple[object, tuple]:
+    """The Options and report options the generated command (or subcommand) builds from `args`."""
     got: list = []
     app = typer.Typer()
-    app.command(name)(probe_command(PROBES[name], lambda *call: got.append(call)))
+    spec = PROBES[name]
+    command = probe_command(spec, lambda *call: got.append(call), subcommand)
+    app.command(subcommand or name, **command_settings(spec))(command)
     app.command("other")(lambda: None)  # two commands: the name is typed as a user types it
-    result = CliRunner().invoke(app, [name, *args])
+    result = CliRunner().invoke(app, [subcommand or name, *args])
     assert result.exit_code == 0, result.output
     (call,) = got
     return call[1], call[2:]
@@ -62,6 +66,39 @@ def test_race_names_its_binaries_option_as_users_know_it(tmp_path):
     assert (options.binaries_dir, options.ssh) == (Path(tmp_path), "gpu1")
 
 
+def test_run_takes_the_command_after_the_dashes_with_its_own_options():
+    options, report = _parsed(
+        "run", "--steps", "3", "--hang-timeout", "0", "--json", "--", "torchrun", "--nproc", "2", "t.py", "--json"
+    )
+    assert isinstance(options, RunOptions)
+    assert options.command == ["torchrun", "--nproc", "2", "t.py", "--json"]  # the program's, not ours
+    assert (options.steps, options.hang_timeout_s, report[0]) == (3, 0.0, True)
+
+
+@pytest.mark.parametrize(
+    ("subcommand", "args", "wanted"),
+    [
+        ("check", ("--ssh", "gpu1", "--timeout", "5"), {"ssh": "gpu1", "timeout_s": 5.0}),
+        ("fix", ("--wait", "0", "--all-roots"), {"wait_s": 0.0, "all_roots": True}),
+        ("restore", ("q-folder", "--triton-dir", "t"), {"quarantine": Path("q-folder"), "triton_dir": Path("t")}),
+    ],
+)
+def test_each_cache_subcommand_is_its_action_with_its_own_options(subcommand, args, wanted):
+    options, _ = _parsed("cache", *args, subcommand=subcommand)
+    assert isinstance(options, CacheOptions) and options.action == subcommand
+    assert {name: getattr(options, name) for name in wanted} == wanted
+    assert options == CacheOptions(subcommand, **wanted)  # everything else at its default
+
+
+@pytest.mark.parametrize(("subcommand", "foreign"), [("check", "--wait"), ("fix", "--ssh"), ("restore", "--timeout")])
+def test_a_cache_subcommand_refuses_another_ones_option(subcommand, foreign):
+    app = typer.Typer()
+    app.command(subcommand)(probe_command(PROBES["cache"], lambda *call: None, subcommand))
+    app.command("other")(lambda: None)
+    result = CliRunner().invoke(app, [subcommand, foreign, "1"])
+    assert result.exit_code == 2 and "No such option" in result.output
+
+
 @pytest.mark.parametrize("name", GENERIC)
 def test_every_declared_option_is_on_the_command_line_once(name):
     command = typer.main.get_command_from_info(
@@ -73,7 +110,7 @@ def test_every_declared_option_is_on_the_command_line_once(name):
     assert len(flags) == len(set(flags))
     for item in fields(PROBES[name].options):
         option = item.metadata.get("cli")
-        if option is None or option.argument:
+        if option is None or option.argument or option.command_line:
             continue
         if option.group:
             wanted = [f"--{member.replace('_', '-')}" for member, _kind, _help in option.group]
