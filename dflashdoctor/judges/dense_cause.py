@@ -407,14 +407,15 @@ def _skipped(record: CompileRecord, compiles: list[CompileRecord]) -> Cause:
 
 def recompile_limit(
     compiles: list[CompileRecord],
-    limit: CompileRecord,
+    limit: CompileRecord | None,
     compile_calls: list[CompileCall],
     known_file: str | None,
 ) -> Cause:
     """A recompile-limit fallback, told apart by the guard that kept failing: a tensor size under
-    static shapes, a module-level Python number, a new object each call, or another guard."""
+    static shapes, a module-level Python number, a new object each call, or another guard. `limit`
+    None: the error said so with no compile record of its own (fail_on_recompile_limit_hit)."""
     guard = last_guard(compiles, limit, known_file)
-    frame = frame_name(limit, compiles) or "?"
+    frame = (frame_name(limit, compiles) if limit is not None else None) or "?"
     head = f"recompile limit: dynamo gave up on `{frame}` after the guard `{guard.expression}` kept failing"
     if _SIZE_GUARD.search(guard.expression):
         return _static_shapes(head, guard, compile_calls)

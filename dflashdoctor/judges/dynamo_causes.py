@@ -133,11 +133,13 @@ def is_library_file(file: str) -> bool:
     return any(part in path for part in _NOT_THE_USERS)
 
 
-def last_guard(records: list[CompileRecord], limit: CompileRecord, known_file: str | None) -> Guard:
+def last_guard(records: list[CompileRecord], limit: CompileRecord | None, known_file: str | None) -> Guard:
     """The guard whose failures used up the recompile limit: the limit record's own reason, else the
-    last recompile reason before it."""
+    last recompile reason before it (`limit` None: the error was raised with no record of its own)."""
     with_reasons = [r for r in records if r.get("recompile_reason")]
-    source = limit if limit.get("recompile_reason") else (with_reasons[-1] if with_reasons else limit)
+    source = limit if limit and limit.get("recompile_reason") else (with_reasons[-1] if with_reasons else limit)
+    if source is None:
+        return parse_guard("", known_file)
     return parse_guard(source.get("recompile_reason") or "", known_file, source.get("guard_file"))
 
 

@@ -58,7 +58,7 @@ def explain_raised(
     text = message + "\n" + str(error.get("traceback") or "")
     failed = _failed_compile(error, compiles)
     if "recompile limit" in message.lower() or (failed is not None and is_recompile_limit(failed)):
-        limit = failed if failed is not None and is_recompile_limit(failed) else _only_the_message(message)
+        limit = failed if failed is not None and is_recompile_limit(failed) else None  # raised with no record
         return recompile_limit(compiles, limit, compile_calls, known_file)
     if failed is not None and failed.get("recompile_reason"):
         float_cause = failed_compile(failed, "the step raised", known_file)
@@ -82,28 +82,6 @@ def explain_raised(
     if failed is not None:
         return failed_compile(failed, "the step raised", known_file)
     return None
-
-
-def _only_the_message(message: str) -> CompileRecord:
-    """A recompile-limit error that no compile record matches (`fail_on_recompile_limit_hit` raised
-    it in the user's frame): judged as a record holding the error's message alone."""
-    return CompileRecord(
-        phase="raised",
-        compile_id=None,
-        co_name=None,
-        co_filename=None,
-        co_firstlineno=None,
-        recompile_reason=None,
-        fail_type=None,
-        fail_reason=message,
-        fail_user_frame_filename=None,
-        fail_user_frame_lineno=None,
-        entire_frame_compile_time_s=None,
-        num_graph_breaks=None,
-        inductor_fx_local_cache_hit_count=None,
-        inductor_fx_local_cache_miss_count=None,
-        guard_file=None,
-    )
 
 
 def _innermost(traceback_text: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dflashdoctor.judges.dense_cause import CompileCall, DenseCall, explain
+from dflashdoctor.judges.raised_cause import explain_raised
 from tests.unit.recorded import judged, observations
 
 RECORDED = {
@@ -88,3 +89,20 @@ def test_a_graph_of_an_eager_flex_wrapper_is_the_wrapper_not_the_model():
     calls = [CompileCall(file="t.py", line=4, target="flex_attention", backend="eager", dynamic=None)]
     cause = explain(DenseCall(route="graph"), [], calls)
     assert cause.kind == "wrapper-backend" and cause.where is not None and cause.where.line == 4
+
+
+def test_a_recompile_limit_raised_with_no_record_of_its_own_is_read_from_the_guards_before_it():
+    """fail_on_recompile_limit_hit raises in the user's frame and leaves no compile record of that
+    failure: the cause is the guard the earlier recompiles kept failing (here a module-level
+    number), and with no recompile at all, a recompile limit naming no frame."""
+    error = {
+        "type": "FailOnRecompileLimitHit",
+        "message": "recompile limit (8) reached; set torch._dynamo.config.fail_on_recompile_limit_hit = False",
+        "traceback": "",
+    }
+    compiles = observations("cpu/realworld-prefix-lm-global").compiles
+    cause = explain_raised(error, compiles, [])
+    assert cause is not None and cause.kind == "recompile-limit-global"
+    assert "PREFIX_LENGTH" in cause.fix
+    bare = explain_raised(error, [], [])
+    assert bare is not None and bare.kind == "recompile-limit" and "`?`" in bare.summary
