@@ -202,6 +202,13 @@ def _options(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--warmup", type=int, default=0, help="repeats run first and left out (caches, clocks)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per process")
     parser.add_argument("--budget", type=float, help="seconds: start no repeat that would end past this")
+    parser.add_argument(
+        "--control-every",
+        type=int,
+        default=1,
+        help="lockstep: run the plain-2 pair every Nth repeat only (a process start is most of a pair's time, "
+        "and the figure sought is run's)",
+    )
     parser.add_argument("--program", default=_DRAFTER, help="a Python program printing `step N: ..., T ms` lines")
     parser.add_argument("--save", type=Path, help="write this run's repeats here (JSON), to pool them later")
     parser.add_argument(
@@ -271,6 +278,11 @@ def _read_pool(path: Path, setting: dict[str, object]) -> dict[str, Mode]:
     return modes
 
 
+def _paired_this_repeat(others: list[str], repeat: int, control_every: int) -> list[str]:
+    """The modes a lockstep repeat pairs with plain: every one, but plain-2 only every Nth repeat."""
+    return [m for m in others if m != "plain-2" or repeat % max(1, control_every) == 0]
+
+
 def _stepwise_ratio(other: Process, plain: Process, warmup: int) -> float:
     return statistics.median(o / p for o, p in zip(other.steps[warmup:], plain.steps[warmup:], strict=False))
 
@@ -302,6 +314,7 @@ def main(argv: list[str]) -> int:
     print(f"pairing {args.pairing}, cpus {args.cpus or 'all'}, program {' '.join(program[1:])}", flush=True)
     with tempfile.TemporaryDirectory(prefix="dflashdoctor-settled-") as tmp:
         done = 0
+        pair_s = 0.0  # the longest pair so far: what the budget expects the next repeat's pairs to take
         for repeat in range(-args.warmup, args.repeats):
             repeat_began = time.perf_counter()
             scratch = Path(tmp, str(repeat + args.warmup))
@@ -324,7 +337,8 @@ def main(argv: list[str]) -> int:
                         results[mode].extra_wall_s.append(ran[mode].wall_s - plain.wall_s)
             else:
                 line = []
-                for mode in others:
+                for mode in _paired_this_repeat(others, repeat, args.control_every):
+                    pair_began = time.perf_counter()
                     other = "plain" if mode == "plain-2" else mode
                     folder = scratch / mode
                     folder.mkdir()
@@ -339,10 +353,13 @@ def main(argv: list[str]) -> int:
                         results[mode].medians.append(theirs.median_ms)
                         results[mode].extra_wall_s.append(theirs.wall_s - plain.wall_s)
                         results["plain"].medians.append(plain.median_ms)
+                    pair_s = max(pair_s, time.perf_counter() - pair_began)
             label = f"repeat {repeat}" if repeat >= 0 else f"warm-up {repeat + args.warmup}"
             print(f"{label}: " + "; ".join(line), flush=True)
             done = max(0, repeat + 1)  # a budget may stop it during warm-up
             took = time.perf_counter() - repeat_began
+            if args.pairing == "lockstep":
+                took = pair_s * len(_paired_this_repeat(others, repeat + 1, args.control_every))
             if args.budget is not None and time.perf_counter() - began + took > args.budget:
                 break
     # the program by name: a later device call may run the same tree from another folder
@@ -359,7 +376,7 @@ def main(argv: list[str]) -> int:
             found.ratios += kept.ratios
             found.medians += kept.medians
             found.extra_wall_s += kept.extra_wall_s
-    if min(len(results[mode].ratios) for mode in others) < 2:
+    if min(len(results[mode].ratios) for mode in others if mode != "plain-2") < 2:
         raise SystemExit("fewer than two repeats ran: nothing to compare")
     took = f"{done} repeats in {time.perf_counter() - began:.0f} s"
     took += f", {pooled} pooled from earlier runs" if pooled else ""
@@ -370,11 +387,15 @@ def main(argv: list[str]) -> int:
     print(f"  plain   : step {plain_ms:.3f} ms (processes spread {100 * spread:.1f}% sd/mean)")
     for mode in others:
         found = results[mode]
+        if len(found.ratios) < 2:
+            print(f"  {mode:8s}: {len(found.ratios)} repeat, too few for an interval")
+            continue
         low, high = _interval(found.ratios, rng)
         print(
-            f"  {mode:8s}: ratio {statistics.median(found.ratios):.4f} ({low:.4f} to {high:.4f}), "
+            f"  {mode:8s}: ratio {statistics.median(found.ratios):.4f} ({low:.4f} to {high:.4f}), {len(found.ratios)} "
+            f"repeats, "
             f"repeats for +-1%: {_needed(found.ratios)}, step {statistics.median(found.medians):.3f} ms, "
-            f"wall +{statistics.median(found.extra_wall_s):.2f} s"
+            f"wall {statistics.median(found.extra_wall_s):+.2f} s"
         )
     return 0
 

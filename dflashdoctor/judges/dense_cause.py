@@ -416,7 +416,12 @@ def recompile_limit(
     None: the error said so with no compile record of its own (fail_on_recompile_limit_hit)."""
     guard = last_guard(compiles, limit, known_file)
     frame = (frame_name(limit, compiles) if limit is not None else None) or "?"
-    head = f"recompile limit: dynamo gave up on `{frame}` after the guard `{guard.expression}` kept failing"
+    failing = (
+        f"the guard `{guard.expression}` kept failing"
+        if guard.expression
+        else "its guards kept failing (dynamo recorded no recompile reason)"
+    )
+    head = f"recompile limit: dynamo gave up on `{frame}` after {failing}"
     if _SIZE_GUARD.search(guard.expression):
         return _static_shapes(head, guard, compile_calls)
     if changing_float_guard(guard.expression):

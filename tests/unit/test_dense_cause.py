@@ -106,3 +106,4 @@ def test_a_recompile_limit_raised_with_no_record_of_its_own_is_read_from_the_gua
     assert "PREFIX_LENGTH" in cause.fix
     bare = explain_raised(error, [], [])
     assert bare is not None and bare.kind == "recompile-limit" and "`?`" in bare.summary
+    assert "no recompile reason" in bare.summary and "``" not in bare.summary
