@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from dflashdoctor.budgets import Budgets
 from dflashdoctor.observations import ObservationsError, dump, load
+from dflashdoctor.shapes import FIELD_TYPES, OPTION_FIELDS
 
 C = TypeVar("C")
 
@@ -38,6 +39,19 @@ class CheckCompileConfig:
     shape: dict[str, int | str]
     mask: str
     vary: int
+
+    def __post_init__(self) -> None:
+        # the shape's keys and their types are AttentionShape's: checked here, not restated as a class
+        settable = {f.name for f in OPTION_FIELDS}
+        for key, value in self.shape.items():
+            if key not in settable:
+                raise ConfigError(f"probe config CheckCompileConfig.shape: unknown key {key!r}")
+            kind = FIELD_TYPES[key]
+            if type(value) is not kind:
+                raise ConfigError(
+                    f"probe config CheckCompileConfig.shape[{key!r}]: expected {kind.__name__}, "
+                    f"got {type(value).__name__}"
+                )
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,9 @@ def _changed(**changes: object) -> dict[str, object]:
         (_changed(vary="2"), "probe config CheckCompileConfig.vary: expected int, got str"),
         (_changed(vary=True), "probe config CheckCompileConfig.vary: expected int, got bool"),
         (_changed(shape={"heads": 4.5}), "CheckCompileConfig.shape['heads']: fits none of"),
+        (_changed(shape={"heads": "4"}), "CheckCompileConfig.shape['heads']: expected int, got str"),
+        (_changed(shape={"dtype": 16}), "CheckCompileConfig.shape['dtype']: expected str, got int"),
+        (_changed(shape={"hedas": 4}), "CheckCompileConfig.shape: unknown key 'hedas'"),
         ([], "probe config CheckCompileConfig: expected an object, got list"),
     ],
 )
