@@ -5,25 +5,33 @@ presence and size, never unpickled); two-character shard folders of generated co
 `compile()`; `.cpp`/`.h` text; `.so` ELF; `.best_config` and `.json` JSON); `*.lock` in `locks/`
 folders (filelock leaves them, empty, by design: not reported); `triton/<device>/` (Triton roots,
 scanned as such). torch writes through `.<pid>.<thread>.tmp` then rename, so a leftover one is an
-interrupted write. In a cache root, what the scan finds outside that layout is no cache entry: it is
-named in the notes and `fix` leaves it.
+interrupted write; a C++ kernel's `.so`/`.o` it lets the compiler write in place under
+`locks/<key>.lock`, so a bad one is judged only when no compile holds that lock (a scan beside
+another job's compile called its half-built `.so` files broken, and `fix` beside a compile of six
+kernels moved all six into quarantine). In a cache root, what the scan finds outside that layout
+is no cache entry: it is named in the notes and `fix` leaves it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
 from pathlib import Path
 
 from dflashdoctor.cache.files import by_suffix
-from dflashdoctor.cache.layout import INDUCTOR_TMP, is_cache_entry, not_a_cache
+from dflashdoctor.cache.layout import INDUCTOR_TMP, inductor_lock, is_cache_entry, not_a_cache
+from dflashdoctor.cache.lock import held_by_a_writer
 from dflashdoctor.cache.model import Problem, ProblemKind, RootScan, read_failure
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.processes import pid_alive
 
 _ENTRY_TREES = ("fxgraph", "aotautograd")  # one folder per cache entry, files inside pickled
 _SKIPPED = ("locks", "triton")  # lock files by design; Triton roots checked on their own
+# torch makes an entry's folder and writes its file into it at once (write_atomic, make_dirs): one
+# found empty and younger than this is a write about to happen (seen beside a real compile)
+_FRESH_FOLDER_S = 60.0
 
 
 def _not_a_plain_file(path: str) -> str | None:
@@ -63,7 +71,7 @@ class _InductorScan:
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
             if dirs or not files:
                 if not dirs and not files and folder != tree:
-                    self._problem("corrupt", folder, "empty cache entry folder", [])
+                    self._empty_entry_folder(folder)
                 continue
             self.scan.entries += 1
             reasons, bad = [], []
@@ -72,6 +80,8 @@ class _InductorScan:
                 if self._tmp(path):
                     continue
                 size = self._size(path)
+                if size is None and not os.path.lexists(path):
+                    continue  # gone since the folder was listed: nothing to judge
                 if size is None or size == 0:
                     reasons.append(f"{name}: {'empty file' if size == 0 else 'cannot be read'}")
                     bad.append(path)
@@ -91,6 +101,8 @@ class _InductorScan:
             self._size(path)
             return
         size = self._size(path)
+        if size is None and not os.path.lexists(path):
+            return  # gone since its folder was listed (a compiler's scratch folder is removed)
         self.scan.entries += 1
         if size is None:
             self._problem("corrupt", path, "cannot be read (a dangling link or a link loop)", [path])
@@ -101,15 +113,40 @@ class _InductorScan:
             return
         try:
             problem = by_suffix(path, size)
+            if problem and self._being_compiled(path):
+                return
+            if problem:  # the compile may have ended between the read and the lock's test
+                problem = by_suffix(path, os.lstat(path).st_size)
+        except FileNotFoundError:  # gone since its folder was listed
+            return
         except OSError as exc:  # unreadable: a finding, never a crash
             self.scan.problems.append(read_failure(path, exc))
             return
         if problem:
             self._problem("corrupt", path, problem, [path])
 
+    def _being_compiled(self, path: str) -> bool:
+        lock = inductor_lock(self.root, path)
+        if lock is None or not held_by_a_writer(lock, os.lstat(path).st_uid):
+            return False
+        self.scan.notes.append(f"{path}: being written by a compile that holds {lock}: not judged")
+        return True
+
     def _walk_error(self, exc: OSError) -> None:
-        """os.walk skips a folder it cannot list unless told: that folder is a finding."""
-        self.scan.problems.append(read_failure(exc.filename or self.root, exc))
+        """os.walk skips a folder it cannot list unless told: that folder is a finding, unless it is
+        gone (torch removes the compiler's `<key>.<name>_CxxBuild` folder when a build ends)."""
+        if exc.errno != errno.ENOENT:
+            self.scan.problems.append(read_failure(exc.filename or self.root, exc))
+
+    def _empty_entry_folder(self, folder: str) -> None:
+        try:
+            age = time.time() - os.lstat(folder).st_mtime
+        except FileNotFoundError:
+            return
+        if 0 <= age < _FRESH_FOLDER_S:
+            self.scan.notes.append(f"{folder}: an entry folder made {age:.1f} s ago, not yet written: not judged")
+        else:
+            self._problem("corrupt", folder, "empty cache entry folder", [])
 
     def _size(self, path: str) -> int | None:
         try:

@@ -12,7 +12,10 @@ the rule is the other way round: what the two libraries write.
 - Inductor (torch/_inductor/codecache.py `get_path`, `write`, `write_atomic`): generated code in
   `<root>/<key[1:3]>/<key>.<ext>`, the key a letter and 51 of lowercase base32 (cache_key.py), via a
   `.<pid>.<thread>.tmp` beside it; `fxgraph/<key[1:3]>/<key>/` (FxGraphCache) and `aotautograd/<key>/`
-  (autograd_cache.py) one folder per entry. The other top-level names it writes are below.
+  (autograd_cache.py) one folder per entry. The other top-level names it writes are below. One
+  kind is not written atomically: a C++ kernel's `<key>.so` / `.o` (CppCodeCache, `_worker_compile_cpp`)
+  is the compiler's own output, written in place while torch holds `locks/<key>.lock`: empty, then
+  partial, then whole (seen polling a CPU compile).
 
 A folder whose top holds anything else is not a cache root: `fix` refuses it whole. In one that is,
 `fix` moves only entries of the shapes above; whatever else is there stays where it is.
@@ -99,6 +102,15 @@ def is_cache_entry(kind: str, parts: tuple[str, ...]) -> bool:
     else:
         return False
     return shaped and (not rest or (len(rest) == 1 and bool(INDUCTOR_TMP.fullmatch(rest[0]))))
+
+
+def inductor_lock(root: str, path: str) -> str | None:
+    """The lock torch holds while its compiler writes the generated file `path` in place
+    (`<root>/locks/<key>.lock`, codecache's `get_lock_dir`); None for a file not of that shape."""
+    generated = _GENERATED.fullmatch(os.path.basename(path))
+    if generated is None or os.path.basename(os.path.dirname(path)) != generated["key"][1:3]:
+        return None
+    return os.path.join(root, "locks", generated["key"] + ".lock")
 
 
 def written_by_a_cache(path: str) -> bool:

@@ -116,7 +116,9 @@ class _KeyFolder:
             return
         try:
             size = entry.stat().st_size
-        except OSError as exc:  # a symlink loop, or a file gone mid-scan
+        except FileNotFoundError:  # gone since the folder was listed (links were judged above)
+            return
+        except OSError as exc:  # a symlink loop
             self.bad(entry.name, f"cannot be read: {exc.strerror}")
             return
         self.files[entry.name] = size
@@ -207,6 +209,8 @@ def scan_triton(root: Path, source: str, installed: str | None) -> RootScan:
                 scan.entries += 1
                 try:
                     _KeyFolder(entry.path, scan, installed).check()
+                except FileNotFoundError:  # a file or temporary folder gone since it was listed
+                    continue
                 except OSError as exc:  # unreadable folder or file: a finding, never a crash
                     scan.problems.append(read_failure(entry.path, exc))
             elif entry.is_dir(follow_symlinks=False):

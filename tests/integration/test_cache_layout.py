@@ -9,12 +9,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from dflashdoctor.cache import quarantine
-from dflashdoctor.cache.layout import not_a_cache
+from dflashdoctor.cache.inductor_scan import scan_inductor
+from dflashdoctor.cache.layout import inductor_lock, not_a_cache
+from dflashdoctor.cache.lock import held_by_a_writer
 from tests import cache_tree
 from tests.conftest import run_cli, run_cli_here
 
@@ -103,6 +107,102 @@ def test_fix_quarantines_the_corrupt_entries_of_a_real_inductor_cache_and_nothin
     assert again.code == 0 and not again.findings("cache-corrupt-entry"), again.stdout
     assert run_cli_here(tmp_path, "cache", "restore", "--inductor-dir", str(root)).code == 0
     assert cache_tree.snapshot(root) == before
+
+
+# several C++ kernels: each `.so` is g++'s own output, written in place under torch's lock
+_COMPILE_KERNELS = """
+import torch
+for op in (torch.sin, torch.cos, torch.tanh, torch.exp, torch.sigmoid, torch.erf):
+    torch.compile(lambda x, op=op: (op(x) * 3 + x).sum(dim=-1))(torch.randn(64, 64))
+"""
+
+
+def test_a_kernel_being_compiled_is_not_called_broken_and_fix_leaves_it(tmp_path):
+    """A check or fix beside another job's compile (a shared node's one cache) called every C++
+    kernel being built "empty file" or "not an ELF binary": torch lets the compiler write `<key>.so`
+    in place while it holds `locks/<key>.lock`. Scans during a real compile, and fixes started over
+    and over beside it, find nothing to repair; the scans did meet kernels half written (their notes),
+    the compile ends well, and afterwards the root is whole."""
+    root = tmp_path / "inductor"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(root)}
+    child = subprocess.Popen([sys.executable, "-c", _COMPILE_KERNELS], env=env, stderr=subprocess.PIPE, text=True)
+    fixes: list[int] = []
+
+    def fix_while_compiling() -> None:
+        while child.poll() is None:
+            if (root / "locks").is_dir():  # torch has begun writing its kernels
+                fixes.append(run_cli(tmp_path, "cache", "fix", "--inductor-dir", str(root), "--json").code)
+            time.sleep(0.01)
+
+    fixing = threading.Thread(target=fix_while_compiling)
+    fixing.start()
+    problems, in_progress = [], set()
+    while child.poll() is None:
+        if root.is_dir():
+            scan = scan_inductor(root, "test")
+            problems += [(p.entry, p.reason) for p in scan.problems]
+            in_progress |= {n.split(":")[0] for n in scan.notes if "being written by a compile" in n}
+        time.sleep(0.005)
+    fixing.join(timeout=120)
+    assert child.wait() == 0, child.stderr.read() if child.stderr else ""
+    assert problems == [], problems
+    assert in_progress and all(p.endswith(".so") for p in in_progress), in_progress
+    assert fixes and set(fixes) == {0}, fixes
+    assert not quarantine.home_of(root).exists()
+    assert scan_inductor(root, "test").problems == []
+
+
+def test_only_a_lock_the_entry_s_owner_holds_counts(tmp_path):
+    """The lock test: torch's own FileLock held by another process counts, released it does not;
+    a link or a FIFO at the lock's path is never followed or blocked on; a lock file of another owner
+    than the entry's does not hide the entry."""
+    shard = tmp_path / "ab"
+    shard.mkdir()
+    entry = shard / ("c" + "ab" + "a" * 49 + ".main.so")
+    entry.write_bytes(b"")
+    lock = inductor_lock(str(tmp_path), str(entry))
+    assert lock == str(tmp_path / "locks" / ("cab" + "a" * 49 + ".lock"))
+    assert inductor_lock(str(tmp_path), str(tmp_path / "zz" / entry.name)) is None  # not its shard
+    (tmp_path / "locks").mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from torch.utils._filelock import FileLock\n"
+            "with FileLock(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()",
+            lock,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    owner = entry.stat().st_uid
+    assert held_by_a_writer(lock, owner)
+    assert not held_by_a_writer(lock, owner + 1)
+    holder.communicate("", timeout=60)
+    assert not held_by_a_writer(lock, owner)
+    os.unlink(lock)
+    os.mkfifo(lock)
+    assert not held_by_a_writer(lock, owner)  # returns at once: nothing waits for a writer
+    os.unlink(lock)
+    os.symlink(tmp_path / "elsewhere.lock", lock)
+    assert not held_by_a_writer(lock, owner)
+    assert not held_by_a_writer(str(tmp_path / "locks" / "missing.lock"), owner)
+
+
+def test_an_empty_entry_folder_is_broken_only_once_it_is_no_longer_fresh(tmp_path):
+    """torch makes an fxgraph entry's folder, then writes its file into it (seen empty beside a real
+    compile): a folder made a moment ago is a note; one left empty for an hour is a broken entry."""
+    key = "f" + "ab" + "c" * 49
+    folder = tmp_path / "fxgraph" / "ab" / key
+    folder.mkdir(parents=True)
+    fresh = scan_inductor(tmp_path, "test")
+    assert fresh.problems == [] and any(n.startswith(f"{folder}: an entry folder made") for n in fresh.notes)
+    an_hour_ago = time.time() - 3600
+    os.utime(folder, (an_hour_ago, an_hour_ago))
+    (old,) = scan_inductor(tmp_path, "test").problems
+    assert (old.kind, old.entry, old.reason) == ("corrupt", str(folder), "empty cache entry folder")
 
 
 _KERNELS = """
