@@ -392,9 +392,9 @@ def main(argv: list[str]) -> int:
             continue
         low, high = _interval(found.ratios, rng)
         print(
-            f"  {mode:8s}: ratio {statistics.median(found.ratios):.4f} ({low:.4f} to {high:.4f}), {len(found.ratios)} "
-            f"repeats, "
-            f"repeats for +-1%: {_needed(found.ratios)}, step {statistics.median(found.medians):.3f} ms, "
+            f"  {mode:8s}: ratio {statistics.median(found.ratios):.4f} ({low:.4f} to {high:.4f}), "
+            f"{len(found.ratios)} repeats, repeats for +-1%: {_needed(found.ratios)}, "
+            f"step {statistics.median(found.medians):.3f} ms, "
             f"wall {statistics.median(found.extra_wall_s):+.2f} s"
         )
     return 0
