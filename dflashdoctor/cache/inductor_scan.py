@@ -15,6 +15,7 @@ is no cache entry: it is named in the notes and `fix` leaves it.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
 import time
@@ -22,7 +23,6 @@ from pathlib import Path
 
 from dflashdoctor.cache.files import by_suffix
 from dflashdoctor.cache.layout import INDUCTOR_TMP, inductor_lock, is_cache_entry, not_a_cache
-from dflashdoctor.cache.lock import held_by_a_writer
 from dflashdoctor.cache.model import Problem, ProblemKind, RootScan, read_failure
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.processes import pid_alive
@@ -42,6 +42,33 @@ def _not_a_plain_file(path: str) -> str | None:
     if not stat.S_ISREG(mode):
         return f"{kind_of(mode)}, not a regular file (not read)"
     return None
+
+
+def held_by_a_writer(lock_path: str, owner_uid: int) -> bool:
+    """Whether a process holds the flock on `lock_path` now: torch's FileLock holds
+    `locks/<key>.lock` while its compiler writes `<key>.*.so` in place, so an empty or half-written
+    file under a held lock is a compile in progress, not damage. Opened without following links or
+    blocking (a FIFO planted there never stalls the scan); a lock file of another owner than the
+    entry's does not count (nobody else hides an entry by holding a lock of their own). The shared lock
+    is dropped at once: a compile that asks for it in that microsecond waits one filelock poll."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != owner_uid:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:  # a filesystem without flock: nothing to tell
+            return False
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 class _InductorScan:

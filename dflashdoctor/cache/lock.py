@@ -1,5 +1,4 @@
-"""One fix or restore of a root at a time: an advisory lock inside the root's quarantine folder;
-and whether torch's own lock on an entry is held (a compile writing it).
+"""One fix or restore of a root at a time: an advisory lock inside the root's quarantine folder.
 
 Two fixes of one root that overlap would each scan the same broken entries and move them into two
 quarantines, the loser reporting errors for entries the winner already moved. The lock file sits in
@@ -14,7 +13,6 @@ import contextlib
 import fcntl
 import json
 import os
-import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -69,28 +67,3 @@ def root_lock(home_fd: int, home: str, wait_s: float) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-def held_by_a_writer(lock_path: str, owner_uid: int) -> bool:
-    """Whether a process holds the flock on `lock_path` now: torch's FileLock holds
-    `locks/<key>.lock` while its compiler writes `<key>.*.so` in place, so an empty or half-written
-    file under a held lock is a compile in progress, not damage. Opened without following links or
-    blocking (a FIFO planted there never stalls the scan); a lock file of another owner than the
-    entry's does not count (nobody else hides an entry by holding a lock of their own). The shared lock
-    is dropped at once: a compile that asks for it in that microsecond waits one filelock poll."""
-    try:
-        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False
-    with closing(fd):
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != owner_uid:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        except OSError:  # a filesystem without flock: nothing to tell
-            return False
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from dflashdoctor.cache import quarantine
-from dflashdoctor.cache.inductor_scan import scan_inductor
+from dflashdoctor.cache.inductor_scan import held_by_a_writer, scan_inductor
 from dflashdoctor.cache.layout import inductor_lock, not_a_cache
-from dflashdoctor.cache.lock import held_by_a_writer
 from tests import cache_tree
 from tests.conftest import run_cli, run_cli_here
 
