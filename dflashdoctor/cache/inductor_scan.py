@@ -26,6 +26,7 @@ from dflashdoctor.cache.layout import INDUCTOR_TMP, inductor_lock, is_cache_entr
 from dflashdoctor.cache.model import Problem, ProblemKind, RootScan, read_failure
 from dflashdoctor.placed_files import kind_of
 from dflashdoctor.processes import pid_alive
+from dflashdoctor.safe_fs import closing
 
 _ENTRY_TREES = ("fxgraph", "aotautograd")  # one folder per cache entry, files inside pickled
 _SKIPPED = ("locks", "triton")  # lock files by design; Triton roots checked on their own
@@ -55,7 +56,7 @@ def held_by_a_writer(lock_path: str, owner_uid: int) -> bool:
         fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
-    try:
+    with closing(fd):
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != owner_uid:
             return False
@@ -67,8 +68,6 @@ def held_by_a_writer(lock_path: str, owner_uid: int) -> bool:
             return False
         fcntl.flock(fd, fcntl.LOCK_UN)
         return False
-    finally:
-        os.close(fd)
 
 
 class _InductorScan:
